@@ -1,0 +1,8 @@
+"""pdfleet: a Kubernetes operator for prefill/decode-disaggregated LLM inference fleets."""
+
+__version__ = "0.1.0"
+
+API_GROUP = "pdfleet.dev"
+API_VERSION = "v1alpha1"
+KIND = "PDDeployment"
+PLURAL = "pddeployments"

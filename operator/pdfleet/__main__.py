@@ -1,0 +1,3 @@
+from pdfleet.cli.main import main
+
+raise SystemExit(main())
