@@ -21,7 +21,8 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
-ln -sf "$(command -v etcd)" "$BIN/etcd"
+# Resolve first: with $BIN on PATH, `command -v etcd` would name this very link.
+ln -sf "$(readlink -f "$(command -v etcd)")" "$BIN/etcd"
 
 if [ ! -x "$BIN/kube-apiserver" ] || [ ! -x "$BIN/kube-controller-manager" ] || [ ! -x "$BIN/kube-scheduler" ]; then
   W=$CACHE/k8s-build

@@ -1,0 +1,517 @@
+"""The `PDDeployment` API (pdfleet.dev/v1alpha1): pydantic v2 models of spec and status, and spec parsing.
+
+Field names are snake_case in Python and camelCase on the wire. Field descriptions become the CRD's descriptions, so
+they are written for users. Defaults and semantics follow docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+POOLS: tuple[str, str] = ("prefill", "decode")
+PoolName = Literal["prefill", "decode"]
+GPU_RESOURCE = "nvidia.com/gpu"
+
+# Kubernetes label key: optional DNS-subdomain prefix, then a name segment of at most 63 characters.
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
+QUANTITY_PATTERN = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkKMGTPE]|[KMGTPE]i)?$"
+ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+# Object names must be DNS-1035 labels (Service names) with room for "-prefill" and the cell suffix.
+MAX_NAME_LENGTH = 44
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+
+class SpecError(ValueError):
+    """A PDDeployment spec that cannot be served; `.message` names the field path and the fix."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _quantity_text(value: Any) -> Any:
+    """YAML writes `cpu: 8` as a number; Kubernetes quantities are strings."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+def _check_quantity(value: str) -> str:
+    if not re.fullmatch(QUANTITY_PATTERN, value):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)")
+    return value
+
+
+Quantity = Annotated[
+    str,
+    BeforeValidator(_quantity_text),
+    AfterValidator(_check_quantity),
+    WithJsonSchema({"x-kubernetes-int-or-string": True}),
+]
+FreeFormObject = Annotated[
+    dict[str, Any],
+    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
+]
+LabelKey = Annotated[str, Field(pattern=LABEL_KEY_PATTERN, max_length=253)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+class ApiModel(BaseModel):
+    """Base of all spec models: camelCase on the wire, snake_case in Python, unknown fields are errors."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        validate_default=True,
+    )
+
+
+class ModelSpec(ApiModel):
+    """The model the engines load and the name clients use for it."""
+
+    name: str = Field(min_length=1, description="Model the engine loads (Hugging Face id or path).")
+    served_model_name: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Model name clients send in requests; defaults to `name`.",
+    )
+
+    @property
+    def served_name(self) -> str:
+        """The name clients use: servedModelName, or the model name itself."""
+        return self.served_model_name or self.name
+
+
+class EnvVar(ApiModel):
+    """An environment variable for the engine container (Kubernetes EnvVar shape)."""
+
+    name: str = Field(pattern=ENV_NAME_PATTERN, description="Variable name.")
+    value: str | None = Field(default=None, description="Literal value.")
+    value_from: FreeFormObject | None = Field(
+        default=None, description="Kubernetes EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef, ...)."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvVar:
+        if self.value is not None and self.value_from is not None:
+            raise ValueError(f"env {self.name}: set either value or valueFrom, not both")
+        return self
+
+
+class EngineSpec(ApiModel):
+    """Inference engine image and arguments shared by both pools."""
+
+    kind: Literal["vllm", "sglang"] = Field(default="vllm", description="Engine implementation.")
+    image: str = Field(default="vllm/vllm-openai:v0.11.0", min_length=1, description="Engine container image.")
+    port: Port = Field(default=8000, description="HTTP port the engine serves the OpenAI API and /metrics on.")
+    args: list[str] = Field(default_factory=list, description="Extra engine arguments, appended after pdfleet's.")
+    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables for the engine.")
+
+    @model_validator(mode="after")
+    def _unique_env(self) -> EngineSpec:
+        names = [var.name for var in self.env]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"env names must be unique, repeated: {', '.join(duplicates)}")
+        return self
+
+
+class KVTransferSpec(ApiModel):
+    """How decode instances pull the KV cache that prefill instances computed."""
+
+    connector: Literal["nixl", "mooncake", "lmcache"] = Field(
+        default="nixl", description="KV transfer connector (NIXL, Mooncake or LMCache)."
+    )
+    cache_dtype: Literal["auto", "fp8", "int8"] = Field(
+        default="auto", description="KV cache data type; fp8/int8 quantize the cache (and the transfer)."
+    )
+
+
+class Toleration(ApiModel):
+    """A Kubernetes toleration."""
+
+    key: str | None = Field(default=None, description="Taint key; empty with operator Exists matches every taint.")
+    operator: Literal["Exists", "Equal"] = Field(default="Equal", description="Exists or Equal.")
+    value: str | None = Field(default=None, description="Taint value for operator Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to tolerate; empty tolerates all effects."
+    )
+    toleration_seconds: int | None = Field(default=None, ge=0, description="How long a NoExecute taint is tolerated.")
+
+
+class AutoscalingSpec(ApiModel):
+    """SLA-driven autoscaling of one pool (TTFT for prefill, TPOT for decode)."""
+
+    enabled: bool = Field(default=False, description="Let the autoscaler own this pool's replica count.")
+    min_replicas: int = Field(default=1, ge=0, description="Lower bound of the replica count.")
+    max_replicas: int = Field(default=8, ge=1, description="Upper bound of the replica count.")
+    target_latency_ms: float | None = Field(
+        default=None,
+        gt=0,
+        description="Latency target in ms; default sla.ttftMs for prefill, sla.tpotMs for decode.",
+    )
+    target_queue_depth_per_replica: float = Field(
+        default=4, gt=0, description="Waiting requests per replica the pool may carry before scaling up."
+    )
+    tolerance: float = Field(
+        default=0.1, ge=0, lt=1, description="Relative deviation from target ignored by the autoscaler."
+    )
+    scale_up_stabilization_seconds: int = Field(
+        default=0, ge=0, description="Scale up to the lowest recommendation of this trailing window."
+    )
+    scale_down_stabilization_seconds: int = Field(
+        default=300, ge=0, description="Scale down to the highest recommendation of this trailing window."
+    )
+    max_scale_up_step: int = Field(
+        default=0, ge=0, description="Most replicas added per decision; 0 = unlimited (jump to the estimate)."
+    )
+    max_scale_down_step: int = Field(default=1, ge=0, description="Most replicas removed per decision; 0 = unlimited.")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscalingSpec:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"minReplicas ({self.min_replicas}) must be <= maxReplicas ({self.max_replicas})")
+        return self
+
+
+class PoolSpec(ApiModel):
+    """One engine pool (prefill or decode): size, GPUs, scheduling and autoscaling."""
+
+    replicas: int = Field(
+        default=1, ge=0, description="Replica count; the autoscaler's decision replaces it when autoscaling is on."
+    )
+    gpus_per_replica: int = Field(default=1, ge=0, description="nvidia.com/gpu limit per pod (tensor parallel size).")
+    gpu_product: str | None = Field(
+        default=None,
+        pattern=LABEL_VALUE_PATTERN,
+        max_length=63,
+        description="Required value of the node's topology.gpuProductLabel (e.g. NVIDIA-H100-80GB-HBM3).",
+    )
+    resources: dict[str, Quantity] = Field(
+        default_factory=dict,
+        description="CPU/memory (and other non-GPU) resources per pod, used as both requests and limits.",
+    )
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels the pods require.")
+    tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations for the pods.")
+    autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec, description="Autoscaling of this pool.")
+
+    @model_validator(mode="after")
+    def _gpus(self) -> PoolSpec:
+        if self.gpu_product is not None and self.gpus_per_replica < 1:
+            raise ValueError(
+                f"gpusPerReplica must be >= 1 when gpuProduct is set (got {self.gpus_per_replica})"
+            )
+        if GPU_RESOURCE in self.resources:
+            raise ValueError(f"resources must not set {GPU_RESOURCE}; use gpusPerReplica")
+        return self
+
+
+class TopologySpec(ApiModel):
+    """Which node labels describe racks, zones and GPU products, and how cells are placed."""
+
+    rack_label: LabelKey = Field(default="topology.pdfleet.dev/rack", description="Node label naming the rack.")
+    zone_label: LabelKey = Field(default="topology.kubernetes.io/zone", description="Node label naming the zone.")
+    gpu_product_label: LabelKey = Field(
+        default="nvidia.com/gpu.product", description="Node label naming the GPU product."
+    )
+    placement: Literal["RackPaired", "Spread", "Unconstrained"] = Field(
+        default="RackPaired",
+        description="RackPaired: every rack with prefill has decode; Spread: pools spread independently; "
+        "Unconstrained: no rack affinity.",
+    )
+
+
+class RouterPolicy(ApiModel):
+    """Routing policy of the PD router (copied into the fleet view)."""
+
+    locality: Literal["required", "preferred", "any"] = Field(
+        default="preferred", description="Whether the decode instance must/should share the prefill's rack."
+    )
+    disaggregate_min_prompt_tokens: int = Field(
+        default=256, ge=0, description="Prompts shorter than this go straight to a decode instance."
+    )
+    prefix_affinity: bool = Field(default=True, description="Route equal prompt prefixes to the same prefill.")
+    prefix_block_tokens: int = Field(default=64, ge=1, description="Prefix hashing block size in tokens.")
+    max_prefill_retries: int = Field(default=2, ge=0, description="Retries on another prefill instance.")
+    max_decode_retries: int = Field(default=2, ge=0, description="Retries on another decode instance.")
+    prefill_timeout_seconds: int = Field(default=60, ge=1, description="Timeout of the prefill stage.")
+    decode_timeout_seconds: int = Field(default=600, ge=1, description="Timeout of the decode stage.")
+
+
+class RouterSpec(ApiModel):
+    """The rack-aware PD router Deployment."""
+
+    replicas: int = Field(default=1, ge=1, description="Router replicas.")
+    image: str | None = Field(default=None, min_length=1, description="Router image; default: the operator's image.")
+    port: Port = Field(default=8080, description="Data port (OpenAI API).")
+    admin_port: Port = Field(default=8081, description="Admin port (/metrics, /admin/*, /ready).")
+    policy: RouterPolicy = Field(default_factory=RouterPolicy, description="Routing policy.")
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> RouterSpec:
+        if self.port == self.admin_port:
+            raise ValueError(f"port and adminPort must differ (both {self.port})")
+        return self
+
+
+class SLASpec(ApiModel):
+    """Latency objectives the autoscaler holds each pool to."""
+
+    ttft_ms: float = Field(default=500, gt=0, description="Time-to-first-token target in ms (prefill pool).")
+    tpot_ms: float = Field(default=50, gt=0, description="Time-per-output-token target in ms (decode pool).")
+    percentile: float = Field(default=90, gt=0, lt=100, description="Latency percentile the targets apply to.")
+
+
+class RatioBand(ApiModel):
+    """Allowed band of the prefill:decode replica ratio."""
+
+    min: float = Field(gt=0, description="Lowest prefill/decode replica ratio.")
+    max: float = Field(gt=0, description="Highest prefill/decode replica ratio.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RatioBand:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min:g}) must be <= max ({self.max:g})")
+        return self
+
+
+class AutoscalerSpec(ApiModel):
+    """Fleet-wide autoscaler settings."""
+
+    interval_seconds: int = Field(default=15, ge=1, description="Seconds between scaling decisions.")
+    window_seconds: int = Field(default=60, ge=1, description="PromQL rate/quantile window in seconds.")
+    drain_timeout_seconds: int = Field(
+        default=120, ge=0, description="Longest wait for in-flight requests before a replica is removed."
+    )
+    gpu_budget: int | None = Field(default=None, ge=1, description="Most GPUs both pools may use together.")
+    pd_ratio: RatioBand | None = Field(default=None, description="Allowed prefill:decode replica ratio band.")
+
+
+class PrometheusSpec(ApiModel):
+    """Where the autoscaler queries metrics."""
+
+    url: str = Field(
+        default="http://prometheus-operated.monitoring.svc:9090",
+        pattern=r"^https?://[^\s]+$",
+        description="Prometheus base URL.",
+    )
+
+
+class PDDeploymentSpec(ApiModel):
+    """Desired state of a prefill/decode-disaggregated inference fleet."""
+
+    model: ModelSpec = Field(description="The model to serve.")
+    engine: EngineSpec = Field(default_factory=EngineSpec, description="Inference engine.")
+    kv_transfer: KVTransferSpec = Field(default_factory=KVTransferSpec, description="KV cache transfer.")
+    prefill: PoolSpec = Field(default_factory=PoolSpec, description="Prefill pool.")
+    decode: PoolSpec = Field(default_factory=PoolSpec, description="Decode pool.")
+    topology: TopologySpec = Field(default_factory=TopologySpec, description="Racks, zones, GPU labels, placement.")
+    router: RouterSpec = Field(default_factory=RouterSpec, description="PD router.")
+    sla: SLASpec = Field(default_factory=SLASpec, description="Latency objectives.")
+    autoscaler: AutoscalerSpec = Field(default_factory=AutoscalerSpec, description="Autoscaler settings.")
+    prometheus: PrometheusSpec = Field(default_factory=PrometheusSpec, description="Metrics source.")
+
+    def pool(self, name: str) -> PoolSpec:
+        """The PoolSpec of `name` ("prefill" or "decode")."""
+        if name not in POOLS:
+            raise KeyError(f"unknown pool {name!r}")
+        return self.prefill if name == "prefill" else self.decode
+
+    def target_latency_ms(self, pool: str) -> float:
+        """The pool's latency target: its autoscaling.targetLatencyMs, else TTFT (prefill) / TPOT (decode) SLA."""
+        explicit = self.pool(pool).autoscaling.target_latency_ms
+        if explicit is not None:
+            return explicit
+        return self.sla.ttft_ms if pool == "prefill" else self.sla.tpot_ms
+
+    @model_validator(mode="after")
+    def _engine_supports_kv_transfer(self) -> PDDeploymentSpec:
+        if self.engine.kind == "sglang" and self.kv_transfer.connector == "lmcache":
+            raise ValueError("kvTransfer.connector: sglang supports nixl or mooncake, not lmcache")
+        if self.engine.kind == "sglang" and self.kv_transfer.cache_dtype == "int8":
+            raise ValueError("kvTransfer.cacheDtype: sglang supports auto or fp8, not int8")
+        return self
+
+    @model_validator(mode="after")
+    def _budget_covers_minimums(self) -> PDDeploymentSpec:
+        budget = self.autoscaler.gpu_budget
+        if budget is None:
+            return self
+        floors = {name: self._replica_floor(name) for name in POOLS}
+        needed = sum(floors[name] * self.pool(name).gpus_per_replica for name in POOLS)
+        if needed > budget:
+            detail = " + ".join(f"{name} {floors[name]} x {self.pool(name).gpus_per_replica}" for name in POOLS)
+            raise ValueError(
+                f"autoscaler.gpuBudget: {budget} GPUs is less than the pools need at least ({detail} = {needed})"
+            )
+        return self
+
+    def _replica_floor(self, pool: str) -> int:
+        spec = self.pool(pool)
+        return spec.autoscaling.min_replicas if spec.autoscaling.enabled else spec.replicas
+
+
+# --- status ------------------------------------------------------------------------------------------------------
+
+
+class StatusModel(BaseModel):
+    """Base of status models: written by the operator, so unknown fields from other versions are ignored."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class PoolStatus(StatusModel):
+    """Replica counts of one pool, summed over its cells."""
+
+    desired_replicas: int = Field(default=0, description="Replicas the operator asked for.")
+    current_replicas: int = Field(default=0, description="Pods that exist.")
+    ready_replicas: int = Field(default=0, description="Pods that are Ready.")
+    summary: str = Field(default="0/0", description="ready/desired, for kubectl get.")
+
+    @classmethod
+    def of(cls, desired: int, current: int, ready: int) -> PoolStatus:
+        """A PoolStatus with its summary filled in."""
+        summary = f"{ready}/{desired}"
+        return cls(desired_replicas=desired, current_replicas=current, ready_replicas=ready, summary=summary)
+
+
+class CellStatus(StatusModel):
+    """One (pool, rack) StatefulSet."""
+
+    name: str = Field(description="StatefulSet name.")
+    pool: PoolName = Field(description="prefill or decode.")
+    rack: str = Field(description="Rack the cell is pinned to; empty when unconstrained.")
+    zone: str = Field(default="", description="Zone of the rack.")
+    desired: int = Field(default=0, description="Desired replicas.")
+    ready: int = Field(default=0, description="Ready replicas.")
+
+
+class Condition(StatusModel):
+    """A Kubernetes-style status condition."""
+
+    type: str = Field(description="Condition type (Ready, Degraded, Progressing, ...).")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(default="", description="CamelCase machine reason.")
+    message: str = Field(default="", description="Human-readable detail.")
+    last_transition_time: str | None = Field(default=None, description="RFC 3339 time of the last status change.")
+
+
+class PoolAutoscalerStatus(StatusModel):
+    """The autoscaler's last decision for one pool."""
+
+    desired_replicas: int | None = Field(default=None, description="Replicas the autoscaler wants.")
+    driving_signal: str | None = Field(default=None, description="Signal that determined the decision.")
+    signals: dict[str, float] = Field(default_factory=dict, description="Signal name -> observed value.")
+    last_scale_time: str | None = Field(default=None, description="RFC 3339 time of the last scale change.")
+
+
+class MetricsStatus(StatusModel):
+    """Whether the autoscaler could read its signals from Prometheus."""
+
+    available: bool = Field(default=False, description="Signals were read on the last evaluation.")
+    reason: str = Field(default="", description="CamelCase machine reason.")
+    message: str = Field(default="", description="Human-readable detail.")
+
+
+class AutoscalerStatus(StatusModel):
+    """The autoscaler's decisions per pool."""
+
+    metrics: MetricsStatus | None = Field(default=None, description="Availability of the autoscaler's signals.")
+    prefill: PoolAutoscalerStatus | None = Field(default=None, description="Prefill pool decision.")
+    decode: PoolAutoscalerStatus | None = Field(default=None, description="Decode pool decision.")
+
+
+class DrainStatus(StatusModel):
+    """A scale-down in progress: endpoints marked draining until their in-flight work is done."""
+
+    pool: PoolName = Field(description="Pool being shrunk.")
+    target_replicas: int = Field(description="Replica count after the drain.")
+    endpoints: list[str] = Field(default_factory=list, description="Pod names being drained.")
+    started_at: str = Field(description="RFC 3339 time the drain started.")
+
+
+class PDDeploymentStatus(StatusModel):
+    """Observed state of a PDDeployment."""
+
+    observed_generation: int | None = Field(default=None, description="metadata.generation last reconciled.")
+    prefill: PoolStatus = Field(default_factory=PoolStatus, description="Prefill pool replicas.")
+    decode: PoolStatus = Field(default_factory=PoolStatus, description="Decode pool replicas.")
+    cells: list[CellStatus] = Field(default_factory=list, description="Per-cell breakdown.")
+    conditions: list[Condition] = Field(default_factory=list, description="Ready, Degraded, Progressing, ...")
+    autoscaler: AutoscalerStatus | None = Field(default=None, description="Autoscaler decisions.")
+    drain: DrainStatus | None = Field(default=None, description="Scale-down drain in progress.")
+
+
+# --- parsing -----------------------------------------------------------------------------------------------------
+
+
+def _wire_path(loc: tuple[int | str, ...]) -> str:
+    """`spec.a.b[0].c` from a pydantic error location (locations carry the wire aliases, as the input used them)."""
+    path = "spec"
+    for item in loc:
+        path += f"[{item}]" if isinstance(item, int) else f".{item}"
+    return path
+
+
+def _describe(error: dict[str, Any]) -> str:
+    """One line for one pydantic error: `spec.path: what is wrong`."""
+    path = _wire_path(tuple(error["loc"]))
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return f"{path}: unknown field (check its spelling; fields are camelCase)"
+    if kind == "missing":
+        return f"{path}: required field is missing"
+    if kind == "string_pattern_mismatch":
+        return f"{path}: {error['input']!r} must match the pattern {error['ctx']['pattern']}"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if kind == "literal_error":
+        message = f"{message}, got {error['input']!r}"
+    if path == "spec" and ": " in message:
+        # Cross-section checks on the whole spec name their own field path.
+        return f"spec.{message}"
+    return f"{path}: {message}"
+
+
+def parse_spec(spec: dict[str, Any]) -> PDDeploymentSpec:
+    """Validate a PDDeployment `spec` (wire form, camelCase) into a PDDeploymentSpec.
+
+    Raises SpecError whose message names each offending field path, e.g.
+    "spec.prefill.autoscaling: minReplicas (5) must be <= maxReplicas (2)".
+    """
+    if not isinstance(spec, dict):
+        raise SpecError(f"spec: must be an object, got {type(spec).__name__}")
+    try:
+        return PDDeploymentSpec.model_validate(spec)
+    except ValidationError as exc:
+        lines = [_describe(error) for error in exc.errors(include_url=False)]
+        raise SpecError("; ".join(lines)) from None
+
+
+def validate_name(name: str) -> None:
+    """Check that a PDDeployment's metadata.name can name all its children (Services need DNS-1035 labels).
+
+    Raises SpecError otherwise.
+    """
+    if len(name) > MAX_NAME_LENGTH or not re.fullmatch(NAME_PATTERN, name):
+        raise SpecError(
+            f"metadata.name: {name!r} must be at most {MAX_NAME_LENGTH} characters of lowercase letters, digits and "
+            "'-', start with a letter and end with a letter or digit (it prefixes Service and StatefulSet names)"
+        )

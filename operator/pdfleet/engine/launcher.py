@@ -1,0 +1,129 @@
+"""Start and stop emulator processes on 127.0.0.1 for tests, benchmarks and demos.
+
+    with start_engine("prefill", rack="rack-a") as prefill, start_engine("decode", rack="rack-a") as decode:
+        httpx.post(prefill.url + "/v1/completions", ...)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+
+KV_ROLE_BY_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer", "both": "kv_both"}
+DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+HEALTH_POLL_S = 0.05
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+class EngineProcess:
+    """A running emulator process; a context manager that stops it on exit."""
+
+    def __init__(self, proc: subprocess.Popen, host: str, port: int, role: str, rack: str, log_path: str) -> None:
+        self.proc = proc
+        self.host = host
+        self.port = port
+        self.role = role
+        self.rack = rack
+        self.log_path = log_path
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. http://127.0.0.1:41234."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        """Process id."""
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        """True while the process runs."""
+        return self.proc.poll() is None
+
+    def log(self) -> str:
+        """Everything the process wrote to stdout/stderr so far."""
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return ""
+
+    def kill(self) -> None:
+        """SIGKILL the process (a crashed instance) without removing its log."""
+        if self.alive():
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """SIGTERM, wait up to `timeout`, then SIGKILL; removes the log file."""
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=timeout)
+        if os.path.exists(self.log_path):
+            os.unlink(self.log_path)
+
+    def __enter__(self) -> EngineProcess:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+
+def engine_command(role: str, port: int, *, host: str = "127.0.0.1", rack: str = "", model: str = DEFAULT_MODEL,
+                   served_model_name: str | None = None, extra_args: Sequence[str] = ()) -> list[str]:
+    """The `python -m pdfleet engine serve ...` command line for one instance."""
+    if role not in KV_ROLE_BY_ROLE:
+        raise ValueError(f"role must be one of {', '.join(KV_ROLE_BY_ROLE)}")
+    kv_config = {"kv_connector": "NixlConnector", "kv_role": KV_ROLE_BY_ROLE[role]}
+    cmd = [sys.executable, "-m", "pdfleet", "engine", "serve", model, "--host", host, "--port", str(port),
+           "--kv-transfer-config", json.dumps(kv_config), "--rack", rack]
+    if served_model_name:
+        cmd += ["--served-model-name", served_model_name]
+    return cmd + list(extra_args)
+
+
+def start_engine(role: str = "both", port: int | None = None, *, rack: str = "", model: str = DEFAULT_MODEL,
+                 served_model_name: str | None = None, extra_args: Sequence[str] = (), host: str = "127.0.0.1",
+                 env: dict[str, str] | None = None, startup_timeout: float = 20.0) -> EngineProcess:
+    """Start one emulator process and wait until /health answers 200; raises RuntimeError (with its log) otherwise."""
+    port = port or free_port(host)
+    fd, log_path = tempfile.mkstemp(prefix=f"pdfleet-engine-{role}-{port}-", suffix=".log")
+    cmd = engine_command(role, port, host=host, rack=rack, model=model, served_model_name=served_model_name,
+                         extra_args=extra_args)
+    with os.fdopen(fd, "wb") as log_file:
+        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, **(env or {})})
+    engine = EngineProcess(proc, host, port, role, rack, log_path)
+    deadline = time.monotonic() + startup_timeout
+    while time.monotonic() < deadline:
+        if not engine.alive():
+            break
+        try:
+            with urllib.request.urlopen(engine.url + "/health", timeout=1.0) as resp:
+                if resp.status == 200:
+                    return engine
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(HEALTH_POLL_S)
+    log = engine.log()
+    engine.stop()
+    raise RuntimeError(f"engine {role} on port {port} did not become healthy:\n{log}")

@@ -1,0 +1,206 @@
+"""Kopf wiring: indexes of what runs, and one level-triggered reconcile loop per PDDeployment.
+
+Every trigger (create/update/resume of a PDDeployment, any change of its pods or children, any Node change) only
+wakes the PDDeployment's reconcile daemon; the daemon computes the whole desired state from the Kopf indexes with the
+pure `plan_reconcile` and writes only what differs. So the same code path serves every event, and a reconcile of an
+unchanged fleet makes zero API writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime
+import logging
+import os
+import time
+from typing import Any
+
+import kopf
+from prometheus_client import Counter, Histogram
+
+from pdfleet import API_GROUP, API_VERSION, PLURAL
+from pdfleet.reconcile.kube import KubeClient, load_api_client
+from pdfleet.reconcile.observed import (INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, child_state, node_summary,
+                                        pod_state)
+from pdfleet.reconcile.plan import ReconcilePlan, plan_reconcile, status_patch
+
+log = logging.getLogger("pdfleet.operator")
+
+RECONCILES = Counter("pdfleet_operator_reconciles_total", "Reconciles run", ["result"])
+RECONCILE_SECONDS = Histogram("pdfleet_operator_reconcile_duration_seconds", "Wall time of one reconcile",
+                              buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+EVENTS = Counter("pdfleet_operator_events_total", "Kubernetes Events posted by the operator", ["type", "reason"])
+
+MANAGED = {MANAGED_BY_LABEL: MANAGED_BY}
+RESYNC_SECONDS = float(os.environ.get("PDFLEET_RESYNC_SECONDS", "30"))
+DEBOUNCE_SECONDS = 0.2  # batch the burst of pod/child events one scale-up causes
+
+_wakeups: dict[tuple[str, str], asyncio.Event] = {}
+
+
+def _wake(namespace: str | None, name: str | None) -> None:
+    event = _wakeups.get((namespace or "", name or ""))
+    if event is not None:
+        event.set()
+
+
+def _wake_all() -> None:
+    for event in _wakeups.values():
+        event.set()
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.posting.loggers = False  # events are writes: post only the ones we mean (condition transitions)
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=API_GROUP)
+    settings.persistence.finalizer = f"{API_GROUP}/finalizer"
+    settings.watching.server_timeout = 300
+    memo.kube = KubeClient(load_api_client())
+    memo.kube.discover_versions()
+    memo.operator_image = os.environ.get("PDFLEET_OPERATOR_IMAGE", "ghcr.io/pdfleet/pdfleet:0.1.0")
+    log.info("PodDisruptionBudget API: %s", memo.kube.api_version_of("PodDisruptionBudget"))
+
+
+# --- what runs, kept in memory by Kopf --------------------------------------------------------------------------
+
+@kopf.index("nodes")
+def node_index(body: kopf.Body, **_: Any) -> dict:
+    return {None: node_summary(body)}
+
+
+@kopf.index("pods", labels=MANAGED)
+def pod_index(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict:
+    return {(namespace, labels.get(INSTANCE_LABEL, "")): pod_state(body)}
+
+
+def _index_children(namespace: str, labels: kopf.Labels, body: kopf.Body) -> dict:
+    return {(namespace, labels.get(INSTANCE_LABEL, "")): child_state(body)}
+
+
+@kopf.index("apps", "v1", "statefulsets", labels=MANAGED)
+def statefulset_index(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict:
+    return _index_children(namespace, labels, body)
+
+
+@kopf.index("apps", "v1", "deployments", labels=MANAGED)
+def deployment_index(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict:
+    return _index_children(namespace, labels, body)
+
+
+@kopf.index("v1", "services", labels=MANAGED)
+def service_index(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict:
+    return _index_children(namespace, labels, body)
+
+
+@kopf.index("v1", "configmaps", labels=MANAGED)
+def configmap_index(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict:
+    return _index_children(namespace, labels, body)
+
+
+@kopf.index("policy", "poddisruptionbudgets", labels=MANAGED)
+def pdb_index(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict:
+    return _index_children(namespace, labels, body)
+
+
+CHILD_INDEXES = ("statefulset_index", "deployment_index", "service_index", "configmap_index", "pdb_index")
+
+
+# --- triggers: everything wakes the per-PDDeployment daemon ---------------------------------------------------
+
+@kopf.on.event("pods", labels=MANAGED)
+@kopf.on.event("apps", "v1", "statefulsets", labels=MANAGED)
+@kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
+@kopf.on.event("v1", "services", labels=MANAGED)
+@kopf.on.event("v1", "configmaps", labels=MANAGED)
+@kopf.on.event("policy", "poddisruptionbudgets", labels=MANAGED)
+def child_changed(namespace: str, labels: kopf.Labels, **_: Any) -> None:
+    _wake(namespace, labels.get(INSTANCE_LABEL))
+
+
+@kopf.on.event("nodes")
+def node_changed(**_: Any) -> None:
+    _wake_all()
+
+
+@kopf.on.create(API_GROUP, API_VERSION, PLURAL)
+@kopf.on.update(API_GROUP, API_VERSION, PLURAL)
+@kopf.on.resume(API_GROUP, API_VERSION, PLURAL)
+def pddeployment_changed(namespace: str, name: str, **_: Any) -> None:
+    _wake(namespace, name)
+
+
+@kopf.on.delete(API_GROUP, API_VERSION, PLURAL, optional=True)
+def pddeployment_deleted(namespace: str, name: str, **_: Any) -> None:
+    # Children carry owner references: the garbage collector removes them; nothing to do but forget the loop.
+    _wakeups.pop((namespace, name), None)
+
+
+# --- the reconcile loop ----------------------------------------------------------------------------------------
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _snapshot(index: kopf.Index, key: Any) -> list:
+    return list(index.get(key, []))
+
+
+def execute_plan(kube: KubeClient, body: dict, plan: ReconcilePlan) -> int:
+    """Carry out a plan's writes; returns how many API writes it made."""
+    meta = body["metadata"]
+    writes = 0
+    for obj in plan.applies:
+        kube.apply(obj)
+        writes += 1
+    for kind, name in plan.deletes:
+        kube.delete(kind, meta["namespace"], name)
+        writes += 1
+    patch = status_patch(body.get("status") or {}, plan.status)
+    if patch:
+        kube.patch_status(API_GROUP, API_VERSION, PLURAL, meta["namespace"], meta["name"], patch)
+        writes += 1
+    return writes
+
+
+@kopf.daemon(API_GROUP, API_VERSION, PLURAL, cancellation_timeout=10)
+async def reconcile_daemon(namespace: str, name: str, body: kopf.Body, stopped: kopf.DaemonStopped,
+                           memo: kopf.Memo, **kwargs: Any) -> None:
+    wakeup = _wakeups.setdefault((namespace, name), asyncio.Event())
+    wakeup.set()
+    next_resync = 0.0
+    while not stopped:
+        try:
+            await asyncio.wait_for(wakeup.wait(), timeout=1.0)  # short, so a stop is noticed within a second
+        except asyncio.TimeoutError:
+            if time.monotonic() < next_resync:
+                continue
+        await asyncio.sleep(DEBOUNCE_SECONDS)
+        wakeup.clear()
+        next_resync = time.monotonic() + RESYNC_SECONDS
+        key = (namespace, name)
+        snapshot = copy.deepcopy(dict(body))
+        started = time.perf_counter()
+        try:
+            plan = plan_reconcile(
+                pdd=snapshot,
+                nodes=_snapshot(kwargs["node_index"], None),
+                children=[c for idx in CHILD_INDEXES for c in _snapshot(kwargs[idx], key)],
+                pods=_snapshot(kwargs["pod_index"], key),
+                pdb_api_version=memo.kube.api_version_of("PodDisruptionBudget"),
+                operator_image=memo.operator_image,
+                now=_now(),
+            )
+            await asyncio.to_thread(execute_plan, memo.kube, snapshot, plan)
+            for event in plan.events:
+                EVENTS.labels(event.type, event.reason).inc()
+                kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+            RECONCILES.labels("ok").inc()
+        except Exception as exc:  # noqa: BLE001 - a failed reconcile is retried on the next wake or resync
+            RECONCILES.labels("error").inc()
+            log.exception("reconcile of %s/%s failed", namespace, name)
+            kopf.event(body, type="Warning", reason="ReconcileError", message=str(exc)[:1000])
+            next_resync = time.monotonic() + 5
+        finally:
+            RECONCILE_SECONDS.observe(time.perf_counter() - started)

@@ -1,0 +1,191 @@
+"""The reconcile decision as a pure function: observed cluster state in, writes and status out.
+
+`plan_reconcile` never talks to the API. It returns the objects to server-side apply (only those whose applied hash
+differs from what runs, so an unchanged PDDeployment yields zero writes), the stale children to delete (only after a
+valid spec and placement, so a bad update never tears anything down), the new status and the events to emit (only on
+condition transitions, since events are writes too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from pdfleet.api.model import PDDeploymentSpec, SpecError, parse_spec, validate_name
+from pdfleet.reconcile.kube import APPLIED_HASH_ANNOTATION, with_applied_hash
+from pdfleet.reconcile.observed import ChildState, PodState
+from pdfleet.render.fleet import render_fleet
+from pdfleet.render.meta import Owner
+from pdfleet.render.router import Endpoint, render_fleet_view, render_router_configmap
+from pdfleet.topology.inventory import node_info
+from pdfleet.topology.placement import Placement, PlacementError, plan_placement
+
+POOLS = ("prefill", "decode")
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ReconcilePlan:
+    applies: tuple[dict, ...] = ()
+    deletes: tuple[tuple[str, str], ...] = ()  # (kind, name)
+    status: dict[str, Any] = field(default_factory=dict)
+    events: tuple[Event, ...] = ()
+
+
+def _condition(type_: str, ok: bool, reason: str, message: str) -> dict[str, str]:
+    return {"type": type_, "status": "True" if ok else "False", "reason": reason, "message": message}
+
+
+def merge_conditions(old: Sequence[Mapping[str, Any]], new: Sequence[dict[str, str]], now: str
+                     ) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """Carry lastTransitionTime over unchanged conditions; return (conditions, the ones that changed)."""
+    previous = {c.get("type"): c for c in old or []}
+    merged, changed = [], []
+    for cond in new:
+        before = previous.get(cond["type"])
+        same = before is not None and before.get("status") == cond["status"] and before.get("reason") == cond["reason"]
+        stamp = before.get("lastTransitionTime", now) if same and before else now
+        merged.append({**cond, "lastTransitionTime": stamp})
+        if not same:
+            changed.append(cond)
+    return merged, changed
+
+
+def fleet_endpoints(spec: PDDeploymentSpec, pods: Sequence[PodState], draining: set[str]) -> list[Endpoint]:
+    """Every Ready, addressed, not-terminating engine pod, as the router should see it."""
+    return [
+        Endpoint(name=p.name, pool=p.pool, url=f"http://{p.ip}:{spec.engine.port}", rack=p.rack, zone=p.zone,
+                 draining=p.name in draining)
+        for p in sorted(pods, key=lambda p: p.name)
+        if p.ready and p.ip and not p.terminating and p.pool in POOLS
+    ]
+
+
+def pool_status(pool: str, desired: int, pods: Sequence[PodState]) -> dict[str, Any]:
+    mine = [p for p in pods if p.pool == pool and not p.terminating]
+    ready = sum(p.ready for p in mine)
+    return {"desiredReplicas": desired, "currentReplicas": len(mine), "readyReplicas": ready,
+            "summary": f"{ready}/{desired}"}
+
+
+def cell_status(placement: Placement, pods: Sequence[PodState]) -> list[dict[str, Any]]:
+    return [
+        {"name": c.name, "pool": c.pool, "rack": c.rack, "zone": c.zone, "desired": c.replicas,
+         "ready": sum(p.ready and not p.terminating for p in pods if p.cell == c.name)}
+        for c in placement.cells
+    ]
+
+
+def _fleet_conditions(pools: Mapping[str, Mapping[str, Any]],
+                      children: Sequence[ChildState], pods: Sequence[PodState]) -> list[dict[str, str]]:
+    """Ready / Progressing from what runs, whatever the current spec says."""
+    unschedulable = sorted({p.unschedulable_message for p in pods if p.unschedulable_message})
+    routers = [c for c in children if c.kind == "Deployment"]
+    router_ready = any(c.ready_replicas > 0 for c in routers)
+    pools_ready = all(pools[p]["readyReplicas"] >= pools[p]["desiredReplicas"] > 0 for p in POOLS)
+    rolling = [c.name for c in children if c.kind in ("StatefulSet", "Deployment")
+               and (c.observed_generation < c.generation or c.updated_replicas < c.replicas)]
+    not_ready = [f"{p} {pools[p]['summary']}" for p in POOLS if pools[p]["readyReplicas"] < pools[p]["desiredReplicas"]]
+    if pools_ready and router_ready:
+        ready = _condition("Ready", True, "FleetReady", "all prefill and decode replicas and the router are ready")
+    elif unschedulable:
+        ready = _condition("Ready", False, "Unschedulable", "pods cannot be scheduled: " + "; ".join(unschedulable))
+    else:
+        waiting = not_ready + ([] if router_ready else ["router not ready"])
+        ready = _condition("Ready", False, "Waiting", "waiting for " + ", ".join(waiting))
+    progressing = (
+        _condition("Progressing", True, "RollingOut", "rolling out " + ", ".join(rolling)) if rolling
+        else _condition("Progressing", bool(not_ready), "ScalingPods" if not_ready else "Stable",
+                        ("replicas not ready: " + ", ".join(not_ready)) if not_ready else "fleet matches its spec")
+    )
+    return [ready, progressing]
+
+
+def plan_reconcile(
+    *,
+    pdd: Mapping[str, Any],
+    nodes: Sequence[Mapping[str, Any]],
+    children: Sequence[ChildState],
+    pods: Sequence[PodState],
+    pdb_api_version: str,
+    operator_image: str,
+    now: str,
+) -> ReconcilePlan:
+    """Decide everything one reconcile of `pdd` (a PDDeployment body as a dict) should write."""
+    meta = pdd["metadata"]
+    old_status = dict(pdd.get("status") or {})
+    generation = int(meta.get("generation") or 0)
+    owner = Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+
+    spec: PDDeploymentSpec | None = None
+    placement: Placement | None = None
+    spec_problem = placement_problem = None
+    try:
+        validate_name(owner.name)
+        spec = parse_spec(pdd.get("spec") or {})
+        placement = plan_placement(spec, [node_info(n, spec.topology) for n in nodes], pdd_name=owner.name)
+    except SpecError as exc:
+        spec_problem = exc.message
+    except PlacementError as exc:
+        placement_problem = exc
+
+    applies: list[dict] = []
+    deletes: list[tuple[str, str]] = []
+    if spec is not None and placement is not None:
+        draining = set((old_status.get("drain") or {}).get("endpoints") or [])
+        view = render_fleet_view(spec, generation, fleet_endpoints(spec, pods, draining))
+        desired = render_fleet(owner, spec, placement, pdb_api_version=pdb_api_version,
+                               operator_image=operator_image) + [render_router_configmap(owner, view)]
+        running = {(c.kind, c.name): c.applied_hash for c in children}
+        for obj in map(with_applied_hash, desired):
+            key = (obj["kind"], obj["metadata"]["name"])
+            if running.get(key) != obj["metadata"]["annotations"][APPLIED_HASH_ANNOTATION]:
+                applies.append(obj)
+        wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
+        deletes = sorted((c.kind, c.name) for c in children if (c.kind, c.name) not in wanted)
+        pools = {pool: pool_status(pool, getattr(spec, pool).replicas, pods) for pool in POOLS}
+        cells = cell_status(placement, pods)
+    else:
+        # Keep reporting what runs under the last good spec.
+        pools = {pool: pool_status(pool, int((old_status.get(pool) or {}).get("desiredReplicas") or 0), pods)
+                 for pool in POOLS}
+        cells = old_status.get("cells") or []
+
+    conditions = _fleet_conditions(pools, children, pods)
+    conditions.append(_condition("InvalidSpec", spec_problem is not None, "SpecError" if spec_problem else "Valid",
+                                 spec_problem or "spec is valid"))
+    if placement_problem is not None:
+        conditions.append(_condition("Degraded", True, placement_problem.reason,
+                                     placement_problem.message + " (running replicas are left as they are)"))
+    elif spec_problem is not None:
+        conditions.append(_condition("Degraded", True, "SpecRejected",
+                                     "the latest spec was rejected; the fleet keeps running its last valid spec"))
+    elif placement is not None and placement.issues:
+        conditions.append(_condition("Degraded", True, placement.issues[0].reason,
+                                     "; ".join(issue.message for issue in placement.issues)))
+    else:
+        conditions.append(_condition("Degraded", False, "AsPlanned", "placement satisfied"))
+    metrics = (old_status.get("autoscaler") or {}).get("metrics")
+    if metrics:  # the autoscaler reports what it saw; conditions have one writer, this function
+        conditions.append(_condition("MetricsAvailable", bool(metrics.get("available")), metrics.get("reason", ""),
+                                     metrics.get("message", "")))
+
+    merged, changed = merge_conditions(old_status.get("conditions") or [], conditions, now)
+    warn_on = {("InvalidSpec", "True"), ("Degraded", "True"), ("Ready", "False"), ("MetricsAvailable", "False")}
+    events = tuple(
+        Event("Warning" if (c["type"], c["status"]) in warn_on else "Normal", c["reason"], f"{c['type']}: {c['message']}")
+        for c in changed if old_status.get("conditions") is not None or (c["type"], c["status"]) in warn_on
+    )
+    status = {**old_status, "observedGeneration": generation, **pools, "cells": cells, "conditions": merged}
+    return ReconcilePlan(applies=tuple(applies), deletes=tuple(deletes), status=status, events=events)
+
+
+def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The top-level status keys that differ (a merge patch); empty when nothing changed."""
+    return {k: v for k, v in new.items() if old.get(k) != v}
