@@ -1,0 +1,43 @@
+"""`pdfleet autoscaler-bench`: print the autoscaler's PromQL, or read one PDDeployment's signals from Prometheus."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+
+from pdfleet.autoscale.promql import ENGINE_METRICS, fleet_queries
+from pdfleet.autoscale.signals import PoolSignals, PrometheusSignalSource
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pdfleet autoscaler-bench", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, help_ in (("promql", "print every query of one interval"), ("signals", "query Prometheus once")):
+        command = commands.add_parser(name, help=help_)
+        command.add_argument("--namespace", required=True)
+        command.add_argument("--pdd", required=True, help="PDDeployment name")
+        command.add_argument("--engine", default="vllm", choices=sorted(ENGINE_METRICS))
+        command.add_argument("--window", type=int, default=60, help="rate/quantile window, seconds")
+        command.add_argument("--percentile", type=float, default=90)
+    commands.choices["signals"].add_argument("--prometheus", required=True, help="Prometheus base URL")
+    commands.choices["signals"].add_argument("--timeout", type=float, default=5.0, help="per-query timeout, seconds")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of `pdfleet autoscaler-bench`."""
+    args = _parser().parse_args(argv)
+    if args.command == "promql":
+        for query in fleet_queries(args.engine, args.namespace, args.pdd, args.window, args.percentile):
+            print(f"# {query.signal.value} ({query.unit}): {query.doc}\n{query.promql}\n")
+        return 0
+    source = PrometheusSignalSource(args.prometheus, timeout_seconds=args.timeout)
+    try:
+        readings = source.fetch(args.engine, args.namespace, args.pdd, args.window, args.percentile, at=time.time())
+    finally:
+        source.close()
+    print(json.dumps({pool: {"type": type(r).__name__, **dataclasses.asdict(r)} for pool, r in readings.items()},
+                     indent=2))
+    return 0 if all(isinstance(r, PoolSignals) for r in readings.values()) else 1

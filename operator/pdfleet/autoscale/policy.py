@@ -1,0 +1,297 @@
+"""Pure per-pool scaling policy: HPA formula per signal, max over signals, stabilization, step limits, bounds.
+
+No clocks and no I/O: the caller passes `now`, the pool's reading and the previous PoolScalerState, and gets a
+Decision and the next state. The fleet-wide step (GPU budget, P:D ratio) is in `pdfleet.autoscale.fleet`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+from pdfleet.autoscale.config import PoolPolicyConfig
+from pdfleet.autoscale.signals import MetricsUnavailable, PoolReading, PoolSignals
+
+# A latency between these fractions of its target (upper end: 1 + tolerance) means the pool runs near its SLA,
+# so its per-replica throughput is a sample of its capacity.
+CAPACITY_LEARN_FLOOR = 0.8
+CAPACITY_LEARN_WEIGHT = 0.3  # EWMA weight of a new capacity sample
+_EPS = 1e-9  # float slack so ceil(3.0000000001) stays 3
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """A raw (pre-stabilization) replica recommendation made at `at` (seconds)."""
+
+    at: float
+    replicas: int
+
+
+@dataclass(frozen=True)
+class PoolScalerState:
+    """What the policy remembers between intervals for one pool."""
+
+    recommendations: tuple[Recommendation, ...] = ()
+    last_scale_at: float | None = None
+    learned_capacity_tps: float | None = None
+
+
+def fresh_state(current: int, now: float) -> PoolScalerState:
+    """State for a pool seen for the first time (or after an operator restart): the current size counts as a
+    recommendation, so the scale-down window starts now instead of allowing an immediate shrink."""
+    return PoolScalerState(recommendations=(Recommendation(now, current),))
+
+
+@dataclass(frozen=True)
+class SignalEstimate:
+    """One signal's HPA recommendation: `ratio` is observed/target adjusted for missing replicas."""
+
+    name: str  # "latency" | "queue" | "capacity"
+    ratio: float
+    replicas: int
+    text: str  # e.g. "TTFT p90 812 ms > 500 ms"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The replica count chosen for one pool, why, and the values it was based on."""
+
+    pool: str
+    current: int
+    desired: int
+    driving_signal: str | None  # "latency" | "queue" | "capacity"; None when holding
+    cause: str  # what the driving signal saw, e.g. "TTFT p90 812 ms > 500 ms"
+    signals: Mapping[str, float]
+    notes: tuple[str, ...] = ()  # each constraint that moved the result (stabilization, steps, bounds, fleet)
+    pressure: float = 0.0  # largest observed/target ratio over the signals; the fleet step's priority
+    held: bool = False  # True when the pool keeps its size for lack of metrics
+
+    @property
+    def reason(self) -> str:
+        """One line for events and logs, e.g. "prefill 2\u21924: TTFT p90 812 ms > 500 ms"."""
+        return "; ".join([f"{self.pool} {self.current}\u2192{self.desired}: {self.cause}", *self.notes])
+
+
+def _ceil(value: float) -> int:
+    return max(0, math.ceil(value - _EPS))
+
+
+def _replica_adjusted_ratio(ratio: float, reporting: int, current: int) -> float:
+    """HPA's treatment of replicas without metrics: 0 of target when scaling up, 100 % when scaling down."""
+    if reporting >= current or current <= 0:
+        return ratio
+    missing = current - reporting
+    if ratio > 1.0:
+        return reporting * ratio / current
+    return (reporting * ratio + missing) / current
+
+
+def _comparison(ratio: float, tolerance: float) -> str:
+    if ratio > 1.0 + tolerance:
+        return ">"
+    if ratio < 1.0 - tolerance:
+        return "<"
+    return "\u2248"
+
+
+def _estimate(
+    name: str, raw_ratio: float, reporting: int, current: int, tolerance: float, describe: str
+) -> SignalEstimate:
+    """HPA formula desired = ceil(current * ratio), with the tolerance band and missing-replica adjustment."""
+    ratio = _replica_adjusted_ratio(raw_ratio, reporting, current)
+    base = max(current, 1)
+    flipped = (raw_ratio > 1.0) != (ratio > 1.0)  # missing replicas turned the direction around: HPA holds
+    if abs(ratio - 1.0) <= tolerance or flipped:
+        replicas = current
+    else:
+        replicas = _ceil(base * ratio)
+    return SignalEstimate(name, ratio, replicas, describe.replace("{cmp}", _comparison(ratio, tolerance)))
+
+
+def _latency_estimate(
+    config: PoolPolicyConfig, s: PoolSignals, current: int, percentile: float
+) -> SignalEstimate | None:
+    latency_s = s.ttft_p if config.pool == "prefill" else s.itl_p
+    if latency_s is None or config.target_latency_ms <= 0:
+        return None
+    label = "TTFT" if config.pool == "prefill" else "ITL"
+    ms = latency_s * 1000.0
+    text = f"{label} p{percentile:g} {ms:.0f} ms {{cmp}} {config.target_latency_ms:g} ms"
+    return _estimate("latency", ms / config.target_latency_ms, s.replicas_reporting, current, config.tolerance, text)
+
+
+def _queue_estimate(config: PoolPolicyConfig, s: PoolSignals, current: int) -> SignalEstimate | None:
+    per_replica = s.queue_per_replica
+    if per_replica is None or config.target_queue_per_replica <= 0:
+        return None
+    text = f"queue {per_replica:.1f}/replica {{cmp}} {config.target_queue_per_replica:g}"
+    ratio = per_replica / config.target_queue_per_replica
+    return _estimate("queue", ratio, s.replicas_reporting, current, config.tolerance, text)
+
+
+def _pool_tps(pool: str, s: PoolSignals) -> float | None:
+    return s.prompt_tps if pool == "prefill" else s.gen_tps
+
+
+def _demand_tps(pool: str, s: PoolSignals, window_s: float) -> float | None:
+    """Token demand: current throughput plus the waiting requests' tokens drained over one window."""
+    tps = _pool_tps(pool, s)
+    if tps is None:
+        return None
+    if not s.queue_total or not s.request_rate or window_s <= 0:
+        return tps
+    tokens_per_request = tps / s.request_rate
+    return tps + s.queue_total * tokens_per_request / window_s
+
+
+def _capacity_estimate(
+    config: PoolPolicyConfig, s: PoolSignals, current: int, capacity: float | None, window_s: float
+) -> SignalEstimate | None:
+    demand = _demand_tps(config.pool, s, window_s)
+    if demand is None or not capacity or s.replicas_reporting <= 0:
+        return None
+    kind = "prompt" if config.pool == "prefill" else "generation"
+    text = f"{kind} demand {demand:.0f} tok/s {{cmp}} {s.replicas_reporting} x {capacity:.0f} tok/s capacity"
+    ratio = demand / (s.replicas_reporting * capacity)
+    return _estimate("capacity", ratio, s.replicas_reporting, current, config.tolerance, text)
+
+
+def learn_capacity(
+    config: PoolPolicyConfig, s: PoolSignals, current: int, learned: float | None
+) -> float | None:
+    """Fold a capacity sample into the EWMA when the pool runs near its latency SLA with every replica reporting."""
+    latency_s = s.ttft_p if config.pool == "prefill" else s.itl_p
+    tps = _pool_tps(config.pool, s)
+    if latency_s is None or not tps or s.replicas_reporting < max(current, 1) or config.target_latency_ms <= 0:
+        return learned
+    ratio = latency_s * 1000.0 / config.target_latency_ms
+    if not CAPACITY_LEARN_FLOOR <= ratio <= 1.0 + config.tolerance:
+        return learned
+    sample = tps / s.replicas_reporting
+    if learned is None:
+        return sample
+    return (1.0 - CAPACITY_LEARN_WEIGHT) * learned + CAPACITY_LEARN_WEIGHT * sample
+
+
+def signal_values(s: PoolSignals, percentile: float, capacity: float | None) -> dict[str, float]:
+    """The reading as a flat {name: value} dict (latencies in ms) for Decision.signals; None values left out."""
+    p = f"p{percentile:g}"
+    values: dict[str, float | None] = {
+        f"ttft_{p}_ms": None if s.ttft_p is None else s.ttft_p * 1000.0,
+        f"itl_{p}_ms": None if s.itl_p is None else s.itl_p * 1000.0,
+        "queue_total": s.queue_total,
+        "queue_per_replica": s.queue_per_replica,
+        "running_total": s.running_total,
+        "kv_usage": s.kv_usage,
+        "prompt_tps": s.prompt_tps,
+        "gen_tps": s.gen_tps,
+        "request_rate": s.request_rate,
+        "replicas_reporting": float(s.replicas_reporting),
+        "capacity_tps_per_replica": capacity,
+    }
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def _stabilize(
+    config: PoolPolicyConfig, current: int, raw: int, history: tuple[Recommendation, ...], now: float
+) -> int:
+    """HPA stabilization: up to the min recommendation of the up-window, down to the max of the down-window."""
+    up = [r.replicas for r in history if r.at > now - config.scale_up_stabilization_s] + [raw]
+    down = [r.replicas for r in history if r.at > now - config.scale_down_stabilization_s] + [raw]
+    return min(max(current, min(up)), max(down))
+
+
+def _clamp(config: PoolPolicyConfig, replicas: int) -> int:
+    return min(max(replicas, config.min_replicas), config.max_replicas)
+
+
+def _limit_and_clamp(config: PoolPolicyConfig, current: int, stabilized: int, raw: int) -> tuple[int, list[str]]:
+    """Apply the step limits then the bounds; return the result and a note per constraint that changed it."""
+    notes: list[str] = []
+    if stabilized > raw:
+        notes.append(f"scale-down stabilization keeps {stabilized} (max over {config.scale_down_stabilization_s:g} s)")
+    elif stabilized < raw:
+        notes.append(f"scale-up stabilization holds {stabilized} (min over {config.scale_up_stabilization_s:g} s)")
+    desired = stabilized
+    if config.max_scale_up_step > 0 and desired > current + config.max_scale_up_step:
+        desired = current + config.max_scale_up_step
+        notes.append(f"maxScaleUpStep {config.max_scale_up_step} limits to {desired}")
+    if config.max_scale_down_step > 0 and desired < current - config.max_scale_down_step:
+        desired = current - config.max_scale_down_step
+        notes.append(f"maxScaleDownStep {config.max_scale_down_step} limits to {desired}")
+    clamped = _clamp(config, desired)
+    if clamped != desired:
+        bound = "maxReplicas" if clamped < desired else "minReplicas"
+        notes.append(f"clamped to {bound} {clamped}")
+    return clamped, notes
+
+
+def _hold_decision(config: PoolPolicyConfig, current: int, cause: str, values: Mapping[str, float]) -> Decision:
+    """Keep the current size (only brought back inside [min, max])."""
+    desired = _clamp(config, current)
+    notes: tuple[str, ...] = ()
+    if desired != current:
+        notes = (f"clamped to {'maxReplicas' if desired < current else 'minReplicas'} {desired}",)
+    return Decision(config.pool, current, desired, None, cause, values, notes=notes, held=True)
+
+
+def decide_pool(
+    config: PoolPolicyConfig,
+    current: int,
+    reading: PoolReading,
+    state: PoolScalerState,
+    now: float,
+    percentile: float = 90.0,
+    window_s: float = 60.0,
+) -> tuple[Decision, PoolScalerState]:
+    """One pool's decision at `now` from its reading and previous state; returns the decision and the next state."""
+    if not config.enabled:
+        decision = Decision(config.pool, current, current, None, "autoscaling disabled", {})
+        return decision, state
+    if isinstance(reading, MetricsUnavailable):
+        cause = f"holding, metrics unavailable ({reading.reason}: {reading.message})"
+        return _hold_decision(config, current, cause, {}), state
+
+    capacity = state.learned_capacity_tps or config.capacity_tokens_per_s
+    values = signal_values(reading, percentile, capacity)
+    estimates = [
+        e
+        for e in (
+            _latency_estimate(config, reading, current, percentile),
+            _queue_estimate(config, reading, current),
+            _capacity_estimate(config, reading, current, capacity, window_s),
+        )
+        if e is not None
+    ]
+    learned = learn_capacity(config, reading, current, state.learned_capacity_tps)
+    if not estimates:
+        decision = _hold_decision(config, current, "holding, no usable signal in the reading", values)
+        return decision, replace(state, learned_capacity_tps=learned)
+
+    # most replicas wins, then the larger ratio, then the first listed (latency, queue, capacity)
+    driving = max(estimates, key=lambda e: (e.replicas, e.ratio))
+    raw = driving.replicas
+    stabilized = _stabilize(config, current, raw, state.recommendations, now)
+    desired, notes = _limit_and_clamp(config, current, stabilized, raw)
+    cause = driving.text + (" (within tolerance)" if abs(driving.ratio - 1.0) <= config.tolerance else "")
+    if 0 < reading.replicas_reporting < current:
+        cause += f" ({reading.replicas_reporting} of {current} replicas reporting)"
+    window = max(config.scale_up_stabilization_s, config.scale_down_stabilization_s)
+    history = tuple(r for r in state.recommendations if r.at > now - window) + (Recommendation(now, raw),)
+    decision = Decision(
+        pool=config.pool,
+        current=current,
+        desired=desired,
+        driving_signal=driving.name,
+        cause=cause,
+        signals=values,
+        notes=tuple(notes),
+        pressure=max(e.ratio for e in estimates),
+    )
+    next_state = PoolScalerState(
+        recommendations=history,
+        last_scale_at=now if desired != current else state.last_scale_at,
+        learned_capacity_tps=learned,
+    )
+    return decision, next_state

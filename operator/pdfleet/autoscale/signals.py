@@ -1,0 +1,169 @@
+"""Per-pool autoscaling signals read from Prometheus.
+
+`signals_from_results` is pure (query results -> PoolSignals / MetricsUnavailable per pool); `PrometheusSignalSource`
+is the thin adapter that sends the queries of `promql.fleet_queries` with one bounded timeout and no retries.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence, Union
+
+import requests
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from urllib3.util.retry import Retry
+
+from pdfleet.autoscale.promql import POOLS, Query, Signal, fleet_queries
+
+# MetricsUnavailable.reason values
+UNREACHABLE = "unreachable"
+TIMEOUT = "timeout"
+QUERY_ERROR = "query_error"
+BAD_RESPONSE = "bad_response"
+NO_SAMPLES = "no_samples"
+
+
+@dataclass(frozen=True)
+class PoolSignals:
+    """What one pool looked like at `fetched_at` (unix seconds). None = no value (e.g. latency of an idle pool)."""
+
+    pool: str
+    ttft_p: float | None  # seconds
+    itl_p: float | None  # seconds
+    queue_total: float | None  # requests waiting, whole pool
+    running_total: float | None  # requests running, whole pool
+    kv_usage: float | None  # fraction 0..1, pool average
+    prompt_tps: float | None  # prompt tokens/s, whole pool
+    gen_tps: float | None  # generated tokens/s, whole pool
+    request_rate: float | None  # finished requests/s, whole pool
+    replicas_reporting: int
+    fetched_at: float
+
+    @property
+    def queue_per_replica(self) -> float | None:
+        """Average waiting requests per reporting replica."""
+        if self.queue_total is None or self.replicas_reporting <= 0:
+            return None
+        return self.queue_total / self.replicas_reporting
+
+
+@dataclass(frozen=True)
+class MetricsUnavailable:
+    """No usable metrics for a pool: `reason` is one of the module's reason constants, `message` says why."""
+
+    pool: str
+    reason: str
+    message: str
+
+
+PoolReading = Union[PoolSignals, MetricsUnavailable]
+
+
+def _sample_value(sample: Mapping[str, Any]) -> float | None:
+    """Float of an instant-vector sample; None for NaN/Inf (Prometheus sends them as strings) or malformed values."""
+    try:
+        value = float(sample["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _by_pool(result: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+    """Index one query's instant vector by its `pool` label."""
+    values: dict[str, float | None] = {}
+    for sample in result:
+        pool = sample.get("metric", {}).get("pool")
+        if pool is not None:
+            values[pool] = _sample_value(sample)
+    return values
+
+
+def signals_from_results(
+    results: Mapping[Signal, Sequence[Mapping[str, Any]]], fetched_at: float, pools: Sequence[str] = POOLS
+) -> dict[str, PoolReading]:
+    """Turn raw instant-vector results (one per Signal) into a reading per pool.
+
+    A pool with no reporting replica is MetricsUnavailable(no_samples): absence of data is never read as zero load.
+    """
+    indexed = {signal: _by_pool(result) for signal, result in results.items()}
+    readings: dict[str, PoolReading] = {}
+    for pool in pools:
+        reporting = indexed.get(Signal.REPLICAS_REPORTING, {}).get(pool)
+        if not reporting:
+            readings[pool] = MetricsUnavailable(
+                pool, NO_SAMPLES, f"no {pool} replica reported engine metrics in the latest scrape"
+            )
+            continue
+        values = {signal.value: indexed.get(signal, {}).get(pool) for signal in Signal}
+        values[Signal.REPLICAS_REPORTING.value] = int(reporting)
+        readings[pool] = PoolSignals(pool=pool, fetched_at=fetched_at, **values)
+    return readings
+
+
+class PrometheusSignalSource:
+    """Reads PoolSignals for one PDDeployment from Prometheus: one query per Signal, all at the same instant."""
+
+    def __init__(self, url: str, timeout_seconds: float = 5.0) -> None:
+        self.url = url
+        self.timeout_seconds = timeout_seconds
+        # one attempt per query (the next interval is the retry); read=False surfaces read timeouts as such
+        no_retry = Retry(total=0, read=False, backoff_factor=0)
+        self._client = PrometheusConnect(url=url, retry=no_retry, timeout=timeout_seconds)
+
+    def close(self) -> None:
+        """Release the HTTP session."""
+        self._client.close()
+
+    def fetch(
+        self,
+        engine_kind: str,
+        namespace: str,
+        pdd: str,
+        window_seconds: int,
+        percentile: float,
+        at: float,
+    ) -> dict[str, PoolReading]:
+        """Evaluate every query at unix time `at`; on the first failure every pool is MetricsUnavailable."""
+        results: dict[Signal, Sequence[Mapping[str, Any]]] = {}
+        try:
+            for query in fleet_queries(engine_kind, namespace, pdd, window_seconds, percentile):
+                results[query.signal] = self._run(query, at)
+        except _QueryFailed as failure:
+            return {pool: MetricsUnavailable(pool, failure.reason, failure.message) for pool in POOLS}
+        return signals_from_results(results, fetched_at=at)
+
+    def _run(self, query: Query, at: float) -> Sequence[Mapping[str, Any]]:
+        """One instant query; every failure becomes _QueryFailed with a reason constant."""
+        # plain float seconds: Prometheus rejects fractional duration strings such as "0.5s"
+        params = {"time": f"{at:.3f}", "timeout": f"{self.timeout_seconds:g}"}
+        name = query.signal.value
+        try:
+            result = self._client.custom_query(query.promql, params=params)
+        except requests.Timeout as exc:
+            raise _QueryFailed(TIMEOUT, f"Prometheus {self.url} gave no answer to {name} within "
+                               f"{self.timeout_seconds:g}s") from exc
+        except requests.RequestException as exc:
+            raise _QueryFailed(UNREACHABLE, f"Prometheus {self.url} unreachable: {_root_cause(exc)}") from exc
+        except PrometheusApiClientException as exc:
+            raise _QueryFailed(QUERY_ERROR, f"query {name} failed: {exc}") from exc
+        except (ValueError, KeyError, TypeError) as exc:  # body is not the documented JSON envelope
+            raise _QueryFailed(BAD_RESPONSE, f"query {name}: malformed response: {exc!r}") from exc
+        if not isinstance(result, list):
+            raise _QueryFailed(BAD_RESPONSE, f"query {name}: expected a vector, got {type(result).__name__}")
+        return result
+
+
+def _root_cause(exc: requests.RequestException) -> str:
+    """The urllib3 reason behind a requests error, without the (long) query URL."""
+    inner = exc.args[0] if exc.args else exc
+    return str(getattr(inner, "reason", inner))[:300]
+
+
+class _QueryFailed(Exception):
+    """A query that produced no result; carries the MetricsUnavailable reason and message."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message

@@ -1,0 +1,126 @@
+"""Fleet step: P:D ratio band, GPU budget, their precedence, and decide_fleet end to end."""
+
+from __future__ import annotations
+
+from pdfleet.autoscale.config import FleetPolicyConfig, PoolPolicyConfig
+from pdfleet.autoscale.fleet import apply_fleet_constraints, decide_fleet
+from pdfleet.autoscale.policy import Decision, PoolScalerState
+from pdfleet.autoscale.signals import NO_SAMPLES, MetricsUnavailable, PoolSignals
+
+NOW = 5_000.0
+
+
+def fleet(gpu_budget=None, ratio=(None, None), prefill=None, decode=None) -> FleetPolicyConfig:
+    pool = dict(min_replicas=1, max_replicas=16, scale_down_stabilization_s=0, max_scale_down_step=0)
+    return FleetPolicyConfig(
+        prefill=PoolPolicyConfig("prefill", **{**pool, **(prefill or {})}),
+        decode=PoolPolicyConfig("decode", target_latency_ms=50, **{**pool, **(decode or {})}),
+        gpu_budget=gpu_budget,
+        pd_ratio_min=ratio[0],
+        pd_ratio_max=ratio[1],
+    )
+
+
+def wants(pool: str, current: int, desired: int, pressure: float = 1.0, held: bool = False) -> Decision:
+    return Decision(pool, current, desired, None if held else "latency", "test", {}, pressure=pressure, held=held)
+
+
+def constrain(config, prefill: Decision, decode: Decision) -> tuple[int, int, dict[str, Decision]]:
+    result = apply_fleet_constraints(config, {"prefill": prefill, "decode": decode})
+    return result["prefill"].desired, result["decode"].desired, result
+
+
+def test_no_fleet_settings_change_nothing():
+    p, d, _ = constrain(fleet(), wants("prefill", 2, 9), wants("decode", 2, 1))
+    assert (p, d) == (9, 1)
+
+
+def test_ratio_band_raises_the_under_represented_pool():
+    p, d, result = constrain(fleet(ratio=(0.25, 4)), wants("prefill", 2, 8), wants("decode", 1, 1))
+    assert (p, d) == (8, 2)
+    assert result["decode"].notes == ("P:D ratio band [0.25, 4] raises decode to 2",)
+    assert result["decode"].reason == "decode 1\u21922: test; P:D ratio band [0.25, 4] raises decode to 2"
+
+
+def test_ratio_band_raises_prefill_when_decode_outgrows_it():
+    p, d, _ = constrain(fleet(ratio=(0.5, 2)), wants("prefill", 1, 1), wants("decode", 4, 6))
+    assert (p, d) == (3, 6)
+
+
+def test_ratio_band_lowers_when_the_other_pool_is_at_its_max():
+    config = fleet(ratio=(0.5, 2), decode={"max_replicas": 3})
+    p, d, _ = constrain(config, wants("prefill", 4, 10), wants("decode", 3, 3))
+    assert (p, d) == (6, 3)
+
+
+def test_budget_trims_the_pool_with_lower_pressure():
+    p, d, result = constrain(fleet(gpu_budget=8), wants("prefill", 4, 6, pressure=3.0), wants("decode", 4, 4, 1.5))
+    assert (p, d) == (6, 2)
+    assert result["decode"].notes == ("GPU budget 8 trims decode to 2",)
+
+
+def test_budget_tie_keeps_decode():
+    p, d, _ = constrain(fleet(gpu_budget=8), wants("prefill", 4, 6, pressure=2.0), wants("decode", 4, 4, 2.0))
+    assert (p, d) == (4, 4)
+
+
+def test_budget_counts_gpus_per_replica():
+    config = fleet(gpu_budget=10, prefill={"gpus_per_replica": 2})
+    p, d, _ = constrain(config, wants("prefill", 2, 4, pressure=1.0), wants("decode", 2, 4, pressure=2.0))
+    assert (p, d) == (3, 4)  # 3 * 2 + 4 * 1 = 10
+
+
+def test_budget_beats_ratio_and_prefers_ratio_keeping_removals():
+    config = fleet(gpu_budget=8, ratio=(0.5, 2))
+    p, d, _ = constrain(config, wants("prefill", 4, 6, pressure=3.0), wants("decode", 4, 4, pressure=1.5))
+    # trimming decode alone would give 6:2 (ratio 3); the band is kept by taking one from each
+    assert (p, d) == (5, 3)
+
+
+def test_budget_wins_over_an_unreachable_ratio_and_says_so():
+    config = fleet(gpu_budget=5, ratio=(1, 1), decode={"min_replicas": 3})
+    p, d, result = constrain(config, wants("prefill", 3, 3, pressure=1.0), wants("decode", 3, 3, pressure=1.0))
+    assert (p, d) == (2, 3)
+    assert "P:D ratio band [1, 1] unreachable within bounds and budget" in result["prefill"].notes
+
+
+def test_bounds_beat_the_budget():
+    config = fleet(gpu_budget=6, prefill={"min_replicas": 4}, decode={"min_replicas": 4})
+    p, d, result = constrain(config, wants("prefill", 4, 5), wants("decode", 4, 5))
+    assert (p, d) == (4, 4)
+    assert "GPU budget 6 exceeded at the pools' floors" in result["decode"].notes
+
+
+def test_held_pool_is_not_moved_by_the_fleet_step():
+    config = fleet(ratio=(0.5, 2))
+    p, d, _ = constrain(config, wants("prefill", 4, 10), wants("decode", 2, 2, held=True))
+    assert (p, d) == (4, 2)
+
+
+def _signals(pool: str, replicas: int, **values) -> PoolSignals:
+    base = dict(pool=pool, ttft_p=None, itl_p=None, queue_total=0.0, running_total=0.0, kv_usage=0.0, prompt_tps=0.0,
+                gen_tps=0.0, request_rate=0.0, replicas_reporting=replicas, fetched_at=NOW)
+    return PoolSignals(**{**base, **values})
+
+
+def test_decide_fleet_combines_pool_decisions_and_states():
+    config = fleet(gpu_budget=6)
+    readings = {"prefill": _signals("prefill", 2, ttft_p=1.0), "decode": _signals("decode", 2, itl_p=0.075)}
+    result = decide_fleet(config, {"prefill": 2, "decode": 2}, readings, {}, NOW)
+    # prefill wants 4 (pressure 2.0), decode wants 3 (pressure 1.5): budget 6 trims decode back to 2
+    assert result.replicas == {"prefill": 4, "decode": 2}
+    assert result.states["prefill"].last_scale_at == NOW
+    assert result.states["decode"].last_scale_at is None
+    assert result.decisions["decode"].reason == (
+        "decode 2\u21922: ITL p90 75 ms > 50 ms; GPU budget 6 trims decode to 2"
+    )
+
+
+def test_decide_fleet_holds_a_pool_without_metrics():
+    readings = {"prefill": _signals("prefill", 2, ttft_p=1.0),
+                "decode": MetricsUnavailable("decode", NO_SAMPLES, "nothing scraped")}
+    states = {"decode": PoolScalerState(last_scale_at=NOW - 60)}
+    result = decide_fleet(fleet(), {"prefill": 2, "decode": 3}, readings, states, NOW)
+    assert result.replicas == {"prefill": 4, "decode": 3}
+    assert result.decisions["decode"].held
+    assert result.states["decode"].last_scale_at == NOW - 60
