@@ -1,0 +1,321 @@
+"""Minimal keep-alive HTTP/1.1 client for upstream legs: asyncio Protocol + httptools, callbacks straight to a sink.
+
+A sink receives the response as it is parsed (head, body pieces, end of one socket read, completion or failure), so a
+streaming reply goes from the upstream socket to the client socket without a task switch or a queue in between.
+Content-Length and chunked bodies are both handled by httptools.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+import httptools
+
+CONNECT_FAILED, RESET, TIMEOUT, PROTOCOL, ABORTED = "connect_failed", "reset", "timeout", "protocol", "aborted"
+
+
+class UpstreamError(Exception):
+    """A leg failed at the transport level; `kind` is one of the module constants, `started` whether bytes came."""
+
+    def __init__(self, kind: str, message: str, started: bool = False) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.started = started
+
+
+class ResponseSink(Protocol):
+    """Receiver of one upstream response."""
+
+    def on_head(self, status: int, content_type: bytes, content_length: int) -> None: ...
+    def on_body(self, data: bytes) -> None: ...
+    def on_batch_end(self) -> None: ...
+    def on_complete(self) -> None: ...
+    def on_failure(self, error: UpstreamError) -> None: ...
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """One keep-alive connection to an upstream; carries one exchange at a time."""
+
+    __slots__ = ("pool", "transport", "parser", "sink", "closed", "reused", "_request", "_timer", "_ctype", "_clen",
+                 "_started", "_timeout", "_paused")
+
+    def __init__(self, pool: UpstreamPool) -> None:
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.sink: ResponseSink | None = None
+        self.closed = False
+        self.reused = False
+        self._request = b""
+        self._timer: asyncio.TimerHandle | None = None
+        self._ctype = b""
+        self._clen = -1
+        self._started = False
+        self._timeout = 0.0
+        self._paused = False
+
+    # -- exchange -------------------------------------------------------------------------------------------------
+    def send(self, request: bytes, sink: ResponseSink, timeout: float) -> None:
+        """Write a full request and route its response to `sink`; fails the sink after `timeout` seconds."""
+        self.sink = sink
+        self._request = request
+        self._ctype = b""
+        self._clen = -1
+        self._started = False
+        self._timeout = timeout
+        self._timer = self.pool.loop.call_later(timeout, self._on_timeout)
+        self.transport.write(request)
+
+    def abort(self) -> None:
+        """Drop the connection now (client gone, leg cancelled); the sink, if any, hears ABORTED."""
+        self._fail(UpstreamError(ABORTED, "upstream leg cancelled", self._started))
+        self.close()
+
+    def close(self) -> None:
+        """Close without failing an exchange."""
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def pause_reading(self) -> None:
+        """Flow control: stop reading while the client cannot take more."""
+        if self.transport is not None and not self.closed and not self._paused:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        """Flow control: resume reading."""
+        if self.transport is not None and not self.closed and self._paused:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def _fail(self, error: UpstreamError) -> None:
+        sink = self.sink
+        if sink is None:
+            return
+        self.sink = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        sink.on_failure(error)
+
+    def _on_timeout(self) -> None:
+        self._timer = None
+        self._fail(UpstreamError(TIMEOUT, f"no complete response within {self._timeout:g}s", self._started))
+        self.close()
+
+    # -- asyncio.Protocol -----------------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:  # noqa: D102
+        self.closed = True
+        self.pool.forget(self)
+        sink = self.sink
+        if sink is None:
+            return
+        if self.reused and not self._started:
+            # a kept-alive socket the upstream had already closed: resend once on a fresh one, transparently
+            self.sink = None
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self.pool.loop.create_task(self.pool.resend(self._request, sink, self._timeout))
+            return
+        kind = RESET if self._started else CONNECT_FAILED
+        self._fail(UpstreamError(kind, f"upstream closed the connection ({exc or 'EOF'})", self._started))
+
+    def data_received(self, data: bytes) -> None:  # noqa: D102
+        self._started = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(UpstreamError(PROTOCOL, f"bad HTTP from upstream: {exc}", True))
+            self.close()
+            return
+        sink = self.sink
+        if sink is not None:
+            sink.on_batch_end()
+
+    def eof_received(self) -> bool:  # noqa: D102
+        return False
+
+    # -- httptools callbacks --------------------------------------------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:  # noqa: D102
+        lname = name.lower()
+        if lname == b"content-type":
+            self._ctype = value
+        elif lname == b"content-length":
+            self._clen = int(value)
+
+    def on_headers_complete(self) -> None:  # noqa: D102
+        if self.sink is not None:
+            self.sink.on_head(self.parser.get_status_code(), self._ctype, self._clen)
+
+    def on_body(self, body: bytes) -> None:  # noqa: D102
+        if self.sink is not None:
+            self.sink.on_body(body)
+
+    def on_message_complete(self) -> None:  # noqa: D102
+        sink = self.sink
+        self.sink = None
+        self._request = b""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.parser.should_keep_alive():
+            self.resume_reading()  # a slow client may have paused us; the next exchange must read
+            self.pool.release(self)
+        else:
+            self.close()
+        if sink is not None:
+            sink.on_complete()
+
+
+class UpstreamPool:
+    """Keep-alive connections to one upstream host:port."""
+
+    def __init__(self, host: str, port: int, connect_timeout: float = 2.0, max_idle: int = 256) -> None:
+        self.host = host
+        self.port = port
+        self.connect_timeout = connect_timeout
+        self.max_idle = max_idle
+        self.loop = asyncio.get_running_loop()
+        self.idle: list[UpstreamConnection] = []
+        self.closed = False
+
+    async def connect(self) -> UpstreamConnection:
+        """A fresh connection; UpstreamError(CONNECT_FAILED) on refusal or after connect_timeout."""
+        try:
+            _, conn = await asyncio.wait_for(
+                self.loop.create_connection(lambda: UpstreamConnection(self), self.host, self.port),
+                self.connect_timeout,
+            )
+        except (OSError, asyncio.TimeoutError) as exc:
+            reason = "connect timeout" if isinstance(exc, asyncio.TimeoutError) else str(exc) or type(exc).__name__
+            raise UpstreamError(CONNECT_FAILED, f"cannot connect to {self.host}:{self.port}: {reason}") from None
+        return conn
+
+    async def acquire(self) -> UpstreamConnection:
+        """An idle kept-alive connection if there is one, else a new one."""
+        idle = self.idle
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                conn.reused = True
+                return conn
+        return await self.connect()
+
+    def send_now(self, request: bytes, sink: ResponseSink, timeout: float) -> UpstreamConnection | None:
+        """Start one exchange on an idle kept-alive connection without a suspension point; None if none is idle."""
+        idle = self.idle
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                conn.reused = True
+                conn.send(request, sink, timeout)
+                return conn
+        return None
+
+    async def send(self, request: bytes, sink: ResponseSink, timeout: float) -> UpstreamConnection | None:
+        """Start one exchange; on connect failure the sink hears it and None is returned."""
+        try:
+            conn = await self.acquire()
+        except UpstreamError as exc:
+            sink.on_failure(exc)
+            return None
+        conn.send(request, sink, timeout)
+        return conn
+
+    async def resend(self, request: bytes, sink: ResponseSink, timeout: float) -> None:
+        """Retry an exchange whose kept-alive socket turned out dead, on a new connection."""
+        try:
+            conn = await self.connect()
+        except UpstreamError as exc:
+            sink.on_failure(exc)
+            return
+        rebind = getattr(sink, "rebind", None)
+        if rebind is not None:
+            rebind(conn)
+        conn.send(request, sink, timeout)
+
+    def release(self, conn: UpstreamConnection) -> None:
+        """Return a connection whose exchange completed cleanly."""
+        if self.closed or len(self.idle) >= self.max_idle or conn.closed:
+            conn.close()
+        else:
+            self.idle.append(conn)
+
+    def forget(self, conn: UpstreamConnection) -> None:
+        """Drop a closed connection from the idle list."""
+        try:
+            self.idle.remove(conn)
+        except ValueError:
+            pass
+
+    def close(self) -> None:
+        """Close idle connections; busy ones close when their exchange ends."""
+        self.closed = True
+        idle, self.idle = self.idle, []
+        for conn in idle:
+            conn.close()
+
+
+class CollectSink:
+    """Collects a whole (small) response: status, content type and body; resolves `done` when it ends."""
+
+    __slots__ = ("done", "status", "content_type", "parts", "error", "conn")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.done: asyncio.Future[None] = loop.create_future()
+        self.status = 0
+        self.content_type = b""
+        self.parts: list[bytes] = []
+        self.error: UpstreamError | None = None
+        self.conn: UpstreamConnection | None = None
+
+    @property
+    def body(self) -> bytes:
+        """The body received so far."""
+        return b"".join(self.parts)
+
+    def rebind(self, conn: UpstreamConnection) -> None:
+        """The exchange moved to another connection (transparent resend)."""
+        self.conn = conn
+
+    def on_head(self, status: int, content_type: bytes, content_length: int) -> None:  # noqa: D102
+        self.status = status
+        self.content_type = content_type
+
+    def on_body(self, data: bytes) -> None:  # noqa: D102
+        self.parts.append(data)
+
+    def on_batch_end(self) -> None:  # noqa: D102
+        pass
+
+    def on_complete(self) -> None:  # noqa: D102
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def on_failure(self, error: UpstreamError) -> None:  # noqa: D102
+        self.error = error
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+def request_bytes(method: bytes, path: bytes, host_header: bytes, body: bytes = b"",
+                  extra_headers: bytes = b"") -> bytes:
+    """A complete HTTP/1.1 request; `extra_headers` is pre-formatted `Name: value\\r\\n` lines."""
+    head = b"%s %s HTTP/1.1\r\nHost: %s\r\n%s" % (method, path, host_header, extra_headers)
+    if body or method == b"POST":
+        return head + b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    return head + b"\r\n"
+
+
+async def fetch(pool: UpstreamPool, request: bytes, timeout: float) -> CollectSink:
+    """Send one request and collect the whole response (errors land in `.error`)."""
+    sink = CollectSink(pool.loop)
+    sink.conn = await pool.send(request, sink, timeout)
+    await sink.done
+    return sink

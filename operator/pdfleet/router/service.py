@@ -1,0 +1,150 @@
+"""Wiring of one router process: data and admin listeners, fleet-file watcher, health loop, graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from .endpoints import EndpointRegistry, health_loop
+from .fleet import FleetView, FleetViewError, fleet_view_to_dict, load_fleet_view
+from .handshake import error_body
+from .httpserver import ClientConnection, Request, serve
+from .metrics import RouterMetrics
+from .proxy import PDRouter
+
+log = logging.getLogger("pdfleet.router")
+_PROMETHEUS_TEXT = b"text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """Process settings (the routing policy itself comes with the fleet view)."""
+
+    fleet_file: str | None = None
+    host: str = "0.0.0.0"
+    port: int = 8080
+    admin_host: str | None = None  # default: same as host
+    admin_port: int = 8081
+    fleet_poll_seconds: float = 1.0
+    health_interval_seconds: float = 2.0
+    health_timeout_seconds: float = 2.0
+    connect_timeout_seconds: float = 2.0
+    shutdown_grace_seconds: float = 30.0
+
+
+class RouterService:
+    """A running router: call `start()`, later `stop()`."""
+
+    def __init__(self, config: RouterConfig) -> None:
+        self.config = config
+        self.registry = EndpointRegistry(config.connect_timeout_seconds)
+        self.metrics = RouterMetrics(self.registry.rows)
+        self.router: PDRouter | None = None
+        self._servers: list[asyncio.base_events.Server] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stop = asyncio.Event()
+        self._fleet_bytes: bytes | None = None
+
+    def apply_view(self, view: FleetView) -> None:
+        """Switch the fleet view; in-flight requests keep their endpoints."""
+        self.registry.apply(view)
+        self.metrics.fleet_generation = view.generation
+        self.metrics.fleet_reloads += 1
+        log.info("fleet view generation %d applied: %d prefill, %d decode", view.generation,
+                 len(self.registry.prefills), len(self.registry.decodes))
+
+    def reload_fleet_file(self) -> bool:
+        """Re-read the fleet file; apply it if its content changed and parses. True if a new view was applied."""
+        path = self.config.fleet_file
+        if path is None:
+            return False
+        try:
+            data = Path(path).read_bytes()
+        except OSError:
+            return False
+        if data == self._fleet_bytes:
+            return False
+        self._fleet_bytes = data
+        try:
+            view = load_fleet_view(data)
+        except FleetViewError as exc:
+            log.error("ignoring fleet file %s: %s", path, exc)
+            return False
+        self.apply_view(view)
+        return True
+
+    async def start(self) -> None:
+        """Load the fleet file if present, then listen and start background loops."""
+        self.router = PDRouter(self.registry, self.metrics)
+        self.reload_fleet_file()
+        cfg = self.config
+        self._servers.append(await serve(self.router, cfg.host, cfg.port))
+        self._servers.append(await serve(AdminApp(self), cfg.admin_host or cfg.host, cfg.admin_port))
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._watch_fleet_file()))
+        self._tasks.append(loop.create_task(
+            health_loop(self.registry, cfg.health_interval_seconds, cfg.health_timeout_seconds, self._stop)))
+
+    async def _watch_fleet_file(self) -> None:
+        while not self._stop.is_set():
+            try:
+                await asyncio.wait_for(self._stop.wait(), self.config.fleet_poll_seconds)
+            except asyncio.TimeoutError:
+                self.reload_fleet_file()
+
+    def inflight(self) -> int:
+        """Requests in flight over all endpoints."""
+        return sum(s.inflight for s in self.registry.all_states())
+
+    async def stop(self) -> None:
+        """Stop accepting, let in-flight requests finish (bounded by the grace period), close everything."""
+        for server in self._servers:
+            server.close()
+        self._stop.set()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.shutdown_grace_seconds
+        while self.inflight() and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.registry.close()
+
+
+class AdminApp:
+    """Admin port: /metrics, /admin/fleet (GET, PUT), /admin/endpoints, /health, /ready."""
+
+    def __init__(self, service: RouterService) -> None:
+        self.service = service
+
+    def handle(self, conn: ClientConnection, request: Request) -> None:
+        """httpserver.Application."""
+        method, path, registry = request.method, request.path, self.service.registry
+        if path == b"/metrics":
+            conn.respond(200, self.service.metrics.render(), _PROMETHEUS_TEXT)
+        elif path == b"/health":
+            conn.respond(200, b"{}")
+        elif path == b"/ready":
+            ready = registry.ready()
+            conn.respond(200 if ready else 503, json.dumps({"ready": ready}).encode())
+        elif path == b"/admin/endpoints" and method == b"GET":
+            rows = [s.as_json() for s in registry.all_states()]
+            conn.respond(200, json.dumps({"endpoints": rows}).encode())
+        elif path == b"/admin/fleet" and method == b"GET":
+            if registry.view is None:
+                conn.respond(404, error_body(404, "no fleet view loaded"))
+            else:
+                conn.respond(200, json.dumps(fleet_view_to_dict(registry.view)).encode())
+        elif path == b"/admin/fleet" and method == b"PUT":
+            try:
+                view = load_fleet_view(request.body)
+            except FleetViewError as exc:
+                conn.respond(400, error_body(400, str(exc)))
+                return
+            self.service.apply_view(view)
+            conn.respond(200, json.dumps({"generation": view.generation}).encode())
+        else:
+            conn.respond(404, error_body(404, f"no route for {method.decode()} {path.decode()}"))
