@@ -48,7 +48,7 @@ def as_running(applies) -> list[ChildState]:
 
 
 def ready_pod(name: str, pool: str, rack: str, cell: str, ip: str) -> PodState:
-    return PodState(name=name, pool=pool, rack=rack, zone="z1", cell=cell, ip=ip, ready=True, phase="Running",
+    return PodState(name=name, component=pool, pool=pool, rack=rack, zone="z1", cell=cell, ip=ip, ready=True, phase="Running",
                     unschedulable_message=None, terminating=False)
 
 

@@ -24,7 +24,8 @@ def main(argv: list[str]) -> int:
 
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    import pdfleet.reconcile.handlers  # noqa: F401 - registers the handlers with Kopf
+    import pdfleet.autoscale.handlers  # noqa: F401 - registers the autoscaler daemon with Kopf
+    import pdfleet.reconcile.handlers  # noqa: F401 - registers the reconcile handlers with Kopf
     if args.metrics_port:
         start_http_server(args.metrics_port, addr="0.0.0.0")
     liveness = f"http://{args.health_address}/healthz" if args.health_address else None

@@ -21,8 +21,8 @@ from prometheus_client import Counter, Histogram
 
 from pdfleet import API_GROUP, API_VERSION, PLURAL
 from pdfleet.reconcile.kube import KubeClient, load_api_client
-from pdfleet.reconcile.observed import (INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, child_state, node_summary,
-                                        pod_state)
+from pdfleet.reconcile.observed import child_state, node_summary, pod_state
+from pdfleet.render.meta import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY
 from pdfleet.reconcile.plan import ReconcilePlan, plan_reconcile, status_patch
 
 log = logging.getLogger("pdfleet.operator")
@@ -32,7 +32,7 @@ RECONCILE_SECONDS = Histogram("pdfleet_operator_reconcile_duration_seconds", "Wa
                               buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 EVENTS = Counter("pdfleet_operator_events_total", "Kubernetes Events posted by the operator", ["type", "reason"])
 
-MANAGED = {MANAGED_BY_LABEL: MANAGED_BY}
+MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
 RESYNC_SECONDS = float(os.environ.get("PDFLEET_RESYNC_SECONDS", "30"))
 DEBOUNCE_SECONDS = 0.2  # batch the burst of pod/child events one scale-up causes
 
@@ -72,11 +72,11 @@ def node_index(body: kopf.Body, **_: Any) -> dict:
 
 @kopf.index("pods", labels=MANAGED)
 def pod_index(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict:
-    return {(namespace, labels.get(INSTANCE_LABEL, "")): pod_state(body)}
+    return {(namespace, labels.get(LABEL_INSTANCE, "")): pod_state(body)}
 
 
 def _index_children(namespace: str, labels: kopf.Labels, body: kopf.Body) -> dict:
-    return {(namespace, labels.get(INSTANCE_LABEL, "")): child_state(body)}
+    return {(namespace, labels.get(LABEL_INSTANCE, "")): child_state(body)}
 
 
 @kopf.index("apps", "v1", "statefulsets", labels=MANAGED)
@@ -116,7 +116,7 @@ CHILD_INDEXES = ("statefulset_index", "deployment_index", "service_index", "conf
 @kopf.on.event("v1", "configmaps", labels=MANAGED)
 @kopf.on.event("policy", "poddisruptionbudgets", labels=MANAGED)
 def child_changed(namespace: str, labels: kopf.Labels, **_: Any) -> None:
-    _wake(namespace, labels.get(INSTANCE_LABEL))
+    _wake(namespace, labels.get(LABEL_INSTANCE))
 
 
 @kopf.on.event("nodes")
@@ -141,6 +141,11 @@ def pddeployment_deleted(namespace: str, name: str, **_: Any) -> None:
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def body_snapshot(body: kopf.Body) -> dict[str, Any]:
+    """A plain, private copy of Kopf's live body view: the reconcile must see one consistent version."""
+    return copy.deepcopy(dict(body))
 
 
 def _snapshot(index: kopf.Index, key: Any) -> list:
@@ -180,7 +185,7 @@ async def reconcile_daemon(namespace: str, name: str, body: kopf.Body, stopped: 
         wakeup.clear()
         next_resync = time.monotonic() + RESYNC_SECONDS
         key = (namespace, name)
-        snapshot = copy.deepcopy(dict(body))
+        snapshot = body_snapshot(body)
         started = time.perf_counter()
         try:
             plan = plan_reconcile(

@@ -118,12 +118,17 @@ class KubeClient:
         return self._call("PATCH", path, body=obj, query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
                           content_type="application/apply-patch+yaml")
 
+    def patch_custom(self, group: str, version: str, plural: str, namespace: str, name: str,
+                     patch: dict[str, Any], subresource: str = "") -> dict:
+        """Merge-patch a custom object (or its `status` subresource)."""
+        API_WRITES.labels(plural + (f"/{subresource}" if subresource else ""), "patch").inc()
+        path = f"/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}" + (f"/{subresource}" if subresource else "")
+        return self._call("PATCH", path, body=patch, content_type="application/merge-patch+json")
+
     def patch_status(self, group: str, version: str, plural: str, namespace: str, name: str,
                      status: dict[str, Any]) -> dict:
         """Merge-patch the status subresource of a custom object."""
-        API_WRITES.labels(plural, "patch-status").inc()
-        path = f"/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}/status"
-        return self._call("PATCH", path, body={"status": status}, content_type="application/merge-patch+json")
+        return self.patch_custom(group, version, plural, namespace, name, {"status": status}, subresource="status")
 
     def delete(self, kind: str, namespace: str | None, name: str) -> None:
         """Delete, letting the garbage collector remove dependents (pods of a StatefulSet) in the background."""

@@ -9,14 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from pdfleet.reconcile.kube import APPLIED_HASH_ANNOTATION
-
-INSTANCE_LABEL = "app.kubernetes.io/instance"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "pdfleet-operator"
-POOL_LABEL = "pdfleet.dev/pool"
-RACK_LABEL = "pdfleet.dev/rack"
-ZONE_LABEL = "pdfleet.dev/zone"
-CELL_LABEL = "pdfleet.dev/cell"
+from pdfleet.render.meta import LABEL_CELL, LABEL_COMPONENT, LABEL_POOL, LABEL_RACK, LABEL_ZONE
 
 
 @dataclass(frozen=True)
@@ -38,6 +31,7 @@ class PodState:
     """An engine pod as the router and status care about it."""
 
     name: str
+    component: str  # prefill | decode | router
     pool: str
     rack: str
     zone: str
@@ -82,10 +76,11 @@ def pod_state(body: Mapping[str, Any]) -> PodState:
     )
     return PodState(
         name=meta["name"],
-        pool=labels.get(POOL_LABEL, ""),
-        rack=labels.get(RACK_LABEL, ""),
-        zone=labels.get(ZONE_LABEL, ""),
-        cell=labels.get(CELL_LABEL, ""),
+        component=labels.get(LABEL_COMPONENT, ""),
+        pool=labels.get(LABEL_POOL, ""),
+        rack=labels.get(LABEL_RACK, ""),
+        zone=labels.get(LABEL_ZONE, ""),
+        cell=labels.get(LABEL_CELL, ""),
         ip=status.get("podIP"),
         ready=bool(ready and ready.get("status") == "True"),
         phase=status.get("phase", "Unknown"),

@@ -1,0 +1,135 @@
+"""Kopf wiring of the autoscaler: one daemon per PDDeployment runs `plan_autoscale` every interval.
+
+The adapter's jobs are I/O only: read Prometheus (`PrometheusSignalSource`), ask every router replica for its endpoint
+view during a drain, write `spec.<pool>.replicas` (as HPA writes a Deployment's replicas; the reconcile renders the
+cells from it), write `status.autoscaler` / `status.drain`, post Events and export the decisions as metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import urllib.request
+from typing import Any, Mapping
+
+import kopf
+from prometheus_client import Counter, Gauge
+
+from pdfleet import API_GROUP, API_VERSION, PLURAL
+from pdfleet.api.model import POOLS, PDDeploymentSpec, SpecError, parse_spec
+from pdfleet.autoscale.policy import PoolScalerState
+from pdfleet.autoscale.signals import PrometheusSignalSource
+from pdfleet.autoscale.step import AutoscaleStep, plan_autoscale
+from pdfleet.reconcile.handlers import EVENTS, body_snapshot
+from pdfleet.reconcile.kube import KubeClient
+from pdfleet.reconcile.observed import PodState
+from pdfleet.render.meta import ROUTER_COMPONENT
+from pdfleet.topology.inventory import node_info
+
+log = logging.getLogger("pdfleet.autoscaler")
+
+LABELS = ("namespace", "pdd", "pool")
+DESIRED = Gauge("pdfleet_autoscaler_desired_replicas", "Replicas the autoscaler wants", LABELS)
+CURRENT = Gauge("pdfleet_autoscaler_current_replicas", "spec replicas when the autoscaler decided", LABELS)
+SIGNAL = Gauge("pdfleet_autoscaler_signal_value", "Signals the autoscaler observed", LABELS + ("signal",))
+DECISIONS = Counter("pdfleet_autoscaler_decisions_total", "Autoscaler decisions",
+                    LABELS + ("direction", "signal"))
+METRICS_AVAILABLE = Gauge("pdfleet_autoscaler_metrics_available", "1 when every autoscaled pool had fresh metrics",
+                          ("namespace", "pdd"))
+DRAINING = Gauge("pdfleet_autoscaler_drain_in_progress", "1 while a pool drains before a scale-down", LABELS)
+
+DRAIN_POLL_SECONDS = 2.0  # while draining, look at the routers more often than the interval
+ROUTER_TIMEOUT_SECONDS = 2.0
+
+
+def router_views(pods: list[PodState], admin_port: int) -> list[list[dict] | None]:
+    """Each Ready router replica's /admin/endpoints list; None for a router that did not answer."""
+    views: list[list[dict] | None] = []
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    for pod in pods:
+        if pod.component != ROUTER_COMPONENT or not pod.ready or not pod.ip or pod.terminating:
+            continue
+        try:
+            with opener.open(f"http://{pod.ip}:{admin_port}/admin/endpoints", timeout=ROUTER_TIMEOUT_SECONDS) as r:
+                views.append(json.loads(r.read())["endpoints"])
+        except (OSError, ValueError, KeyError):
+            views.append(None)
+    return views
+
+
+def export(namespace: str, name: str, step: AutoscaleStep) -> None:
+    for pool, chosen in step.decision.decisions.items():
+        labels = (namespace, name, pool)
+        DESIRED.labels(*labels).set(chosen.desired)
+        CURRENT.labels(*labels).set(chosen.current)
+        for signal, value in chosen.signals.items():
+            SIGNAL.labels(*labels, signal).set(value)
+        direction = "up" if chosen.desired > chosen.current else "down" if chosen.desired < chosen.current else "hold"
+        DECISIONS.labels(*labels, direction, chosen.driving_signal or "none").inc()
+        DRAINING.labels(*labels).set(1 if (step.status["drain"] or {}).get("pool") == pool else 0)
+    METRICS_AVAILABLE.labels(namespace, name).set(1 if step.status["autoscaler"]["metrics"]["available"] else 0)
+
+
+def run_interval(kube: KubeClient, source: PrometheusSignalSource, body: Mapping[str, Any], spec: PDDeploymentSpec,
+                 nodes: list[dict], pods: list[PodState], states: dict[str, PoolScalerState]) -> AutoscaleStep:
+    """Fetch, decide, write. Blocking: runs in a worker thread."""
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    status = body.get("status") or {}
+    now = time.time()
+    readings = source.fetch(spec.engine.kind, namespace, name, spec.autoscaler.window_seconds,
+                            spec.sla.percentile, at=now)
+    views = router_views(pods, spec.router.admin_port) if status.get("drain") else []
+    step = plan_autoscale(spec=spec, pdd_name=name, status=status, nodes=[node_info(n, spec.topology) for n in nodes],
+                          readings=readings, states=states, router_views=views, now=now)
+    if step.replicas:
+        kube.patch_custom(API_GROUP, API_VERSION, PLURAL, namespace, name,
+                          {"spec": {pool: {"replicas": n} for pool, n in step.replicas.items()}})
+    changed = {k: v for k, v in step.status.items() if status.get(k) != v}
+    if changed:
+        kube.patch_status(API_GROUP, API_VERSION, PLURAL, namespace, name, changed)
+    export(namespace, name, step)
+    return step
+
+
+def _autoscaled(spec: PDDeploymentSpec) -> bool:
+    return any(spec.pool(pool).autoscaling.enabled for pool in POOLS)
+
+
+@kopf.daemon(API_GROUP, API_VERSION, PLURAL, cancellation_timeout=10)
+async def autoscaler_daemon(namespace: str, name: str, body: kopf.Body, stopped: kopf.DaemonStopped,
+                            memo: kopf.Memo, node_index: kopf.Index, pod_index: kopf.Index, **_: Any) -> None:
+    states: dict[str, PoolScalerState] = {}
+    sources: dict[str, PrometheusSignalSource] = {}
+    try:
+        while not stopped:
+            delay = 15.0
+            try:
+                spec = parse_spec(dict(body.get("spec") or {}))
+                delay = float(spec.autoscaler.interval_seconds)
+                if _autoscaled(spec):
+                    source = sources.setdefault(spec.prometheus.url, PrometheusSignalSource(spec.prometheus.url))
+                    step = await asyncio.to_thread(
+                        run_interval, memo.kube, source, body_snapshot(body), spec,
+                        list(node_index.get(None, [])), list(pod_index.get((namespace, name), [])), states)
+                    states = step.states
+                    for event in step.events:
+                        EVENTS.labels(event.type, event.reason).inc()
+                        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+                    if step.status["drain"]:
+                        delay = min(delay, DRAIN_POLL_SECONDS)
+                    held = [d for d in step.decision.decisions.values() if d.held]
+                    if held:
+                        log.info("%s/%s holding: %s", namespace, name, "; ".join(d.reason for d in held))
+                else:
+                    states = {}
+            except SpecError:
+                pass  # the reconcile reports an invalid spec; nothing to scale until it is fixed
+            except Exception:  # noqa: BLE001 - one failed interval must not stop autoscaling
+                log.exception("autoscaler interval for %s/%s failed", namespace, name)
+            await stopped.wait(delay)
+    finally:
+        for source in sources.values():
+            source.close()

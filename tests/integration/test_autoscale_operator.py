@@ -1,0 +1,151 @@
+"""The autoscaler end to end below the data plane: real emulators under load, a real Prometheus scraping them, the
+real control plane and the operator process writing replicas.
+
+Engine pods do not run here (no kubelet), so four emulator processes stand in for the pool's replicas: Prometheus
+scrapes them under the target labels the chart's relabeling gives real pods (namespace, pdd, pool, pod, rack).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes import client
+
+from pdfleet import API_GROUP, API_VERSION, PLURAL
+from pdfleet.engine.launcher import EngineProcess, start_engine
+from pdfleet.testing.controlplane import wait_until
+from pdfleet.testing.prometheus import ScrapeTarget, start_prometheus
+
+NAME = "scaled"
+MODEL = "llama-8b"
+# A30 + 8B: one 1000-token prefill takes ~0.2 s and a lone decode step ~25 ms; queued prefills push TTFT p90 far past
+# 500 ms, and 24 concurrent long-context streams push decode ITL past 40 ms.
+EMULATOR_ARGS = ["--emulator-model", "llama-3.1-8b", "--emulator-gpu", "a30"]
+
+
+def kv_config(role: str) -> list[str]:
+    return ["--kv-transfer-config", json.dumps({"kv_connector": "NixlConnector", "kv_role": role})]
+
+
+@pytest.fixture(scope="module")
+def engines() -> Iterator[dict[str, list[EngineProcess]]]:
+    started: dict[str, list[EngineProcess]] = {"prefill": [], "decode": []}
+    try:
+        for pool, role in (("prefill", "kv_producer"), ("decode", "kv_consumer")):
+            for rack in ("rack-a", "rack-b"):
+                started[pool].append(start_engine(pool, rack=rack, served_model_name=MODEL,
+                                                  extra_args=kv_config(role) + EMULATOR_ARGS))
+        yield started
+    finally:
+        for processes in started.values():
+            for engine in processes:
+                engine.stop()
+
+
+class Load:
+    """Closed-loop load on some engines from `concurrency` threads per engine until stopped (bounded by `limit_s`)."""
+
+    def __init__(self, engines: list[EngineProcess], concurrency: int, prompt_tokens: int, max_tokens: int,
+                 limit_s: float = 120.0):
+        self.stop_at = time.monotonic() + limit_s
+        self.stopped = threading.Event()
+        self.errors: list[str] = []
+        body = {"model": MODEL, "prompt": "word " * prompt_tokens, "max_tokens": max_tokens, "ignore_eos": True}
+        self.threads = [threading.Thread(target=self._loop, args=(engine.url, body), daemon=True)
+                        for engine in engines for _ in range(concurrency)]
+        for thread in self.threads:
+            thread.start()
+
+    def _loop(self, url: str, body: dict[str, Any]) -> None:
+        with httpx.Client(timeout=60, trust_env=False) as http:
+            while not self.stopped.is_set() and time.monotonic() < self.stop_at:
+                try:
+                    http.post(f"{url}/v1/completions", json=body).raise_for_status()
+                except httpx.HTTPError as error:
+                    self.errors.append(str(error))
+
+    def stop(self) -> None:
+        self.stopped.set()
+        for thread in self.threads:
+            thread.join(timeout=70)
+
+
+def test_each_pool_scales_on_its_own_signal_drains_before_shrinking_and_holds_without_metrics(
+        pdfleet_operator: Any, kube: Any, namespace: str, engines: dict[str, list[EngineProcess]]):
+    targets = [ScrapeTarget(f"{e.host}:{e.port}", {"namespace": namespace, "pdd": NAME, "pool": pool,
+                                                    "pod": f"{NAME}-{pool}-{e.rack}-0", "rack": e.rack})
+               for pool, processes in engines.items() for e in processes]
+    custom = client.CustomObjectsApi(kube)
+
+    def pdd() -> dict[str, Any]:
+        return custom.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME)
+
+    def replicas() -> dict[str, int]:
+        spec = pdd()["spec"]
+        return {pool: spec[pool]["replicas"] for pool in ("prefill", "decode")}
+
+    def events(reason: str) -> list[str]:
+        return [e.message for e in client.CoreV1Api(kube).list_namespaced_event(namespace).items
+                if e.involved_object.name == NAME and e.reason == reason]
+
+    with start_prometheus(targets=targets, scrape_interval=1.0) as prometheus:
+        prometheus.wait_for_healthy_targets(4)
+        scaling = {"enabled": True, "minReplicas": 2, "maxReplicas": 6, "scaleDownStabilizationSeconds": 8,
+                   "targetQueueDepthPerReplica": 50}
+        spec = {
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "servedModelName": MODEL},
+            "engine": {"kind": "vllm", "image": "vllm/vllm-openai:v0.11.0"},
+            "prefill": {"replicas": 2, "gpusPerReplica": 1, "autoscaling": scaling},
+            "decode": {"replicas": 2, "gpusPerReplica": 1, "autoscaling": scaling},
+            "sla": {"ttftMs": 500, "tpotMs": 40},
+            "autoscaler": {"intervalSeconds": 2, "windowSeconds": 6},
+            "prometheus": {"url": prometheus.url},
+        }
+        custom.create_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, {
+            "apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": "PDDeployment", "metadata": {"name": NAME},
+            "spec": spec})
+
+        # 1. Prefill-heavy load: TTFT breaches, prefill scales up, decode stays.
+        load = Load(engines["prefill"], concurrency=6, prompt_tokens=1000, max_tokens=1)
+        try:
+            wait_until(lambda: replicas()["prefill"] > 2, 60, "prefill to scale up on TTFT")
+            assert replicas()["decode"] == 2
+            assert any("TTFT" in m for m in events("ScaledUp")), events("ScaledUp")
+            status = pdd()["status"]["autoscaler"]
+            assert status["prefill"]["drivingSignal"] in ("latency", "queue", "capacity")
+            assert status["metrics"]["available"] is True
+        finally:
+            load.stop()
+        assert not load.errors
+
+        # 2. Load gone: prefill drains first, then shrinks back to its minimum after the window.
+        wait_until(lambda: replicas()["prefill"] == 2, 60, "prefill to scale back down")
+        assert events("DrainStarted") and any(m.startswith("prefill") for m in events("ScaledDown"))
+        assert replicas()["decode"] == 2
+
+        # 3. Decode-heavy load: long-context streams raise inter-token latency; decode alone scales up.
+        load = Load(engines["decode"], concurrency=12, prompt_tokens=1500, max_tokens=200)
+        try:
+            wait_until(lambda: replicas()["decode"] > 2, 60, "decode to scale up on TPOT")
+            assert replicas()["prefill"] == 2
+        finally:
+            load.stop()
+
+    # 4. Prometheus gone: replicas hold and the condition says why.
+    held = replicas()
+
+    def metrics_condition() -> dict[str, Any] | None:
+        conditions = (pdd().get("status") or {}).get("conditions") or []
+        found = next((c for c in conditions if c["type"] == "MetricsAvailable"), None)
+        return found if found and found["status"] == "False" else None
+
+    condition = wait_until(metrics_condition, 30, "MetricsAvailable=False")
+    assert "unreachable" in condition["message"].lower() or "refused" in condition["message"].lower()
+    time.sleep(5)
+    assert replicas() == held
