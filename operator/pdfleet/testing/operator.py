@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -109,14 +108,3 @@ class OperatorProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def wait_for_metric_change(op: OperatorProcess, prefix: str, before: float, timeout: float) -> float:
-    """Block until the summed metric `prefix` moves past `before`; returns the new value."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        now = op.metric_sum(prefix)
-        if now > before:
-            return now
-        time.sleep(0.2)
-    raise TimeoutError(f"{prefix} stayed at {before} for {timeout}s")
