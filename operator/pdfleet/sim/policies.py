@@ -1,0 +1,137 @@
+"""The scaling policies compared side by side, all as simulator ScalingPolicy objects.
+
+- pdfleet: the operator's own policy code (`pdfleet.autoscale.fleet.decide_fleet`) with the API's defaults.
+- hpa-queue: the same HPA machinery with only the queue-depth signal and HPA's default behaviour (scale-up at most
+  4 pods per period, scale-down unlimited after the 300 s stabilization window).
+- static-peak / static-mean: fixed replica counts sized from the profile for the busiest minute / the average load.
+- planner: a Dynamo-SLA-planner-style throughput scaler (`pdfleet.sim.planner`).
+- colocated: no PD; static instances doing both phases, as many GPUs as static-peak.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+from pdfleet.api.model import PDDeploymentSpec
+from pdfleet.autoscale.config import FleetPolicyConfig, policy_config_from_spec
+from pdfleet.autoscale.fleet import decide_fleet
+from pdfleet.autoscale.policy import PoolScalerState, Recommendation
+from pdfleet.sim.config import FleetConfig
+from pdfleet.sim.core import COLOCATED_POOL, PD_POOLS, FleetView, ScalingPolicy
+from pdfleet.sim.planner import PlannerPolicy
+from pdfleet.sim.profile import mean_lengths, sla_capacity, static_sizes
+from pdfleet.sim.trace import TraceRequest
+
+POLICY_NAMES = ("pdfleet", "static-peak", "static-mean", "hpa-queue", "planner", "colocated")
+HPA_SCALE_UP_PODS = 4  # HPA's default scale-up policy: at most 4 pods (or 100 %) per 15 s period
+
+
+@dataclass
+class StaticPolicy:
+    """Fixed replica counts."""
+
+    name: str
+    replicas: dict[str, int]
+    interval_s: float | None = None
+
+    def initial(self, fleet: FleetConfig) -> dict[str, int]:
+        """The fixed counts."""
+        return dict(self.replicas)
+
+    def decide(self, now: float, view: FleetView) -> dict[str, int]:
+        """Never called for a static policy (interval_s is None); returns the fixed counts."""
+        return dict(self.replicas)
+
+
+@dataclass
+class AutoscalerPolicy:
+    """pdfleet's autoscaler (or a re-configuration of it) run on simulated Prometheus readings."""
+
+    name: str
+    config: FleetPolicyConfig
+    initial_replicas: dict[str, int]
+    states: dict[str, PoolScalerState] = field(default_factory=dict)
+
+    @property
+    def interval_s(self) -> float:
+        """The autoscaler's timer interval."""
+        return self.config.interval_s
+
+    def initial(self, fleet: FleetConfig) -> dict[str, int]:
+        """Start at the given counts, as if the autoscaler had recommended them until the trace began."""
+        self.states = {pool: PoolScalerState(recommendations=(Recommendation(0.0, count),))
+                       for pool, count in self.initial_replicas.items()}
+        return dict(self.initial_replicas)
+
+    def decide(self, now: float, view: FleetView) -> dict[str, int]:
+        """One autoscaler interval: readings over the window, then the operator's decide_fleet."""
+        readings = view.readings(now, self.config.window_s, self.config.percentile)
+        current = {pool: view.desired(pool) for pool in ("prefill", "decode")}
+        result = decide_fleet(self.config, current, readings, self.states, now)
+        self.states = dict(result.states)
+        return result.replicas
+
+
+def pdfleet_config(fleet: FleetConfig, capacity_tokens_per_s: Mapping[str, float] | None = None,
+                   tuning: Mapping[str, Any] | None = None) -> FleetPolicyConfig:
+    """FleetPolicyConfig from a PDDeployment with the API defaults, autoscaling on, bounds set by the racks.
+
+    `tuning` overrides API fields by their wire names: AutoscalingSpec fields for both pools (e.g.
+    {"maxScaleUpStep": 2}) or one ({"prefill.targetLatencyMs": 250}), AutoscalerSpec fields as
+    {"autoscaler.intervalSeconds": 10}. `capacity_tokens_per_s` seeds the capacity signal per pool.
+    """
+    pools: dict[str, dict[str, Any]] = {p: {"enabled": True, "maxReplicas": fleet.max_replicas} for p in PD_POOLS}
+    autoscaler: dict[str, Any] = {}
+    for key, value in (tuning or {}).items():
+        scope, _, name = key.rpartition(".")
+        if scope == "autoscaler":
+            autoscaler[name] = value
+        elif scope in PD_POOLS:
+            pools[scope][name] = value
+        elif not scope:
+            for settings in pools.values():
+                settings[name] = value
+        else:
+            raise ValueError(f"unknown tuning key {key!r}")
+    spec = PDDeploymentSpec.model_validate({
+        "model": {"name": fleet.model},
+        **{p: {"gpusPerReplica": fleet.gpus_per_replica, "autoscaling": pools[p]} for p in PD_POOLS},
+        "sla": {"ttftMs": fleet.ttft_ms, "tpotMs": fleet.tpot_ms, "percentile": fleet.percentile},
+        "autoscaler": autoscaler,
+    })
+    return policy_config_from_spec(spec, capacity_tokens_per_s)
+
+
+def hpa_queue_config(fleet: FleetConfig) -> FleetPolicyConfig:
+    """The operator's policy with only the queue signal and HPA's default scale-up/down behaviour."""
+    base = pdfleet_config(fleet)
+    only_queue = dict(target_latency_ms=0.0, capacity_tokens_per_s=None, max_scale_up_step=HPA_SCALE_UP_PODS,
+                      max_scale_down_step=0)
+    return replace(base, prefill=replace(base.prefill, **only_queue), decode=replace(base.decode, **only_queue))
+
+
+def build_policy(name: str, fleet: FleetConfig, trace: list[TraceRequest],
+                 tuning: Mapping[str, Any] | None = None) -> tuple[ScalingPolicy, FleetConfig]:
+    """The named policy and the fleet it runs on (colocated runs the fleet with disaggregation off).
+
+    `tuning` (only for "pdfleet*" names) is pdfleet_config's, plus "seedCapacity": true to seed the capacity signal
+    from the profile (profile.sla_capacity at the trace's mean lengths).
+    """
+    sizes = static_sizes(fleet, trace)
+    if name == "static-peak":
+        return StaticPolicy(name, sizes["peak"]), fleet
+    if name == "static-mean":
+        return StaticPolicy(name, sizes["mean"]), fleet
+    if name == "colocated":
+        colocated = replace(fleet, disaggregated=False)
+        return StaticPolicy(name, {COLOCATED_POOL: sum(sizes["peak"].values())}), colocated
+    if name == "hpa-queue":
+        return AutoscalerPolicy(name, hpa_queue_config(fleet), sizes["mean"]), fleet
+    if name == "planner":
+        return PlannerPolicy(sizes["mean"]), fleet
+    if name.startswith("pdfleet"):
+        options = dict(tuning or {})
+        seed = sla_capacity(fleet, *mean_lengths(trace)) if options.pop("seedCapacity", False) else None
+        return AutoscalerPolicy(name, pdfleet_config(fleet, seed, options), sizes["mean"]), fleet
+    raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")

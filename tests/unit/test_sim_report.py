@@ -1,0 +1,65 @@
+"""Report numbers, the simulate command end to end on a small synthetic trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pdfleet.sim import cli
+from pdfleet.sim.config import FleetConfig
+from pdfleet.sim.core import Replica, SimResult
+from pdfleet.sim.report import PolicySummary, gpu_hours, peak_gpus, quantile, target_verdict
+
+
+def test_quantile_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert (quantile(values, 0.5), quantile(values, 0.9), quantile(values, 0.99)) == (50, 90, 99)
+    assert quantile([], 0.5) != quantile([], 0.5)  # NaN
+
+
+def test_gpu_hours_count_to_the_horizon() -> None:
+    def replica(created: float, removed: float | None) -> Replica:
+        return Replica(engine=None, gpus=2, created_at=created, ready_at=created, removed_at=removed)  # type: ignore
+
+    result = SimResult("p", FleetConfig(), [], [replica(0, None), replica(1800, 2700), replica(3000, None)], [],
+                       horizon_s=3600, end_s=3700, events=0)
+    assert gpu_hours(result) == pytest.approx(2 * (1 + 0.25 + 600 / 3600))
+    assert peak_gpus(result) == 4
+
+
+def _row(policy: str, sla: float, hours: float) -> PolicySummary:
+    nan = float("nan")
+    return PolicySummary(policy, 10, 10, nan, nan, nan, nan, nan, nan, sla, nan, hours, nan, nan, 0, 0)
+
+
+def test_verdict_lines() -> None:
+    rows = [_row("pdfleet", 0.995, 70), _row("static-peak", 0.999, 100), _row("hpa-queue", 0.9, 80),
+            _row("planner", 0.5, 50)]
+    lines = target_verdict(rows)
+    assert "met" in lines[0] and "NOT" not in lines[0]
+    assert "0.70x" in lines[1] and "NOT" not in lines[1]
+    assert "not worse" in lines[2] and "does NOT dominate" in lines[3]
+
+
+def test_simulate_command_writes_summary_and_plots(tmp_path: Path) -> None:
+    code = cli.main([
+        "--trace", "synthetic:burst:duration_s=240,base_rps=3,peak_rps=15,period_s=120,burst_s=30",
+        "--policies", "static-peak,pdfleet-seeded,colocated",
+        "--tuned", 'pdfleet-seeded={"seedCapacity": true}',
+        "--fleet", "model=llama-3.1-8b gpus_per_replica=1 racks=2 gpus_per_rack=8 startup_s=30",
+        "--out", str(tmp_path),
+    ])
+    assert code == 0
+    out = tmp_path / "synthetic-burst"
+    summary = json.loads((out / "summary.json").read_text())
+    assert [p["policy"] for p in summary["policies"]] == ["static-peak", "pdfleet-seeded", "colocated"]
+    assert all(p["completed"] == p["requests"] for p in summary["policies"])
+    assert "| static-peak |" in (out / "summary.md").read_text()
+    assert (out / "sla_vs_gpu_hours.png").stat().st_size > 0
+    assert (out / "timeline-pdfleet-seeded.png").stat().st_size > 0
+
+
+def test_simulate_command_rejects_unknown_policy(tmp_path: Path) -> None:
+    assert cli.main(["--trace", "synthetic:steady", "--policies", "magic", "--out", str(tmp_path)]) == 2
