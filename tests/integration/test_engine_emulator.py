@@ -122,7 +122,7 @@ def test_pd_handshake_pulls_kv_for_real(prefill_a, decode_a):
     assert status == 200 and len(events) == 9 and events[-1] == "[DONE]"
     assert httpx.get(prefill_a.url + "/internal/state").json()["kv_held_requests"] == 0  # the pull freed them
     after = metric_samples(decode_a.url)
-    labels = frozenset({"model_name": "qwen", "locality": "same-rack"}.items())
+    labels = frozenset({"model_name": "qwen", "locality": "same_rack"}.items())
     moved = after[("pdfleet_engine_kv_transfer_bytes_total", labels)] - before[
         ("pdfleet_engine_kv_transfer_bytes_total", labels)]
     assert moved == 31 * 16 * QWEN_KV_BYTES_PER_TOKEN
@@ -140,7 +140,7 @@ def test_cross_rack_pull_is_labelled_cross_rack(prefill_a):
         response = httpx.post(decode_b.url + "/v1/completions", timeout=10, json={
             "model": "qwen", "prompt": PROMPT, "max_tokens": 2, "kv_transfer_params": params})
         assert response.status_code == 200
-        labels = frozenset({"model_name": "qwen", "locality": "cross-rack"}.items())
+        labels = frozenset({"model_name": "qwen", "locality": "cross_rack"}.items())
         assert metric_samples(decode_b.url)[("pdfleet_engine_kv_transfer_seconds_count", labels)] == 1
 
 

@@ -13,7 +13,7 @@ REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 2
 KV_TRANSFER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 FINISH_REASONS = ("stop", "length", "abort", "error")
 KV_FAILURE_REASONS = ("unreachable", "unknown_blocks", "source_error", "injected")
-LOCALITIES = ("same-rack", "cross-rack")
+LOCALITIES = ("same_rack", "cross_rack")  # spelled as the router spells its localities
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 

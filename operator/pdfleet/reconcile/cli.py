@@ -7,7 +7,7 @@ import asyncio
 import logging
 
 import kopf
-from prometheus_client import start_http_server
+from prometheus_client import REGISTRY, start_http_server
 
 
 def main(argv: list[str]) -> int:
@@ -26,6 +26,9 @@ def main(argv: list[str]) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import pdfleet.autoscale.handlers  # noqa: F401 - registers the autoscaler daemon with Kopf
     import pdfleet.reconcile.handlers  # noqa: F401 - registers the reconcile handlers with Kopf
+    from pdfleet.observability.fleet_metrics import FleetStateCollector
+
+    REGISTRY.register(FleetStateCollector(lambda: list(pdfleet.reconcile.handlers.FLEETS.values())))
     if args.metrics_port:
         start_http_server(args.metrics_port, addr="0.0.0.0")
     liveness = f"http://{args.health_address}/healthz" if args.health_address else None

@@ -37,6 +37,8 @@ RESYNC_SECONDS = float(os.environ.get("PDFLEET_RESYNC_SECONDS", "30"))
 DEBOUNCE_SECONDS = 0.2  # batch the burst of pod/child events one scale-up causes
 
 _wakeups: dict[tuple[str, str], asyncio.Event] = {}
+# The last body each reconcile saw, for the fleet-state metrics collector (pdfleet.observability.fleet_metrics).
+FLEETS: dict[tuple[str, str], dict[str, Any]] = {}
 
 
 def _wake(namespace: str | None, name: str | None) -> None:
@@ -135,6 +137,7 @@ def pddeployment_changed(namespace: str, name: str, **_: Any) -> None:
 def pddeployment_deleted(namespace: str, name: str, **_: Any) -> None:
     # Children carry owner references: the garbage collector removes them; nothing to do but forget the loop.
     _wakeups.pop((namespace, name), None)
+    FLEETS.pop((namespace, name), None)
 
 
 # --- the reconcile loop ----------------------------------------------------------------------------------------
@@ -186,6 +189,7 @@ async def reconcile_daemon(namespace: str, name: str, body: kopf.Body, stopped: 
         next_resync = time.monotonic() + RESYNC_SECONDS
         key = (namespace, name)
         snapshot = body_snapshot(body)
+        FLEETS[key] = snapshot
         started = time.perf_counter()
         try:
             plan = plan_reconcile(

@@ -123,6 +123,7 @@ def render_router_deployment(owner: Owner, spec: PDDeploymentSpec, operator_imag
             "template": {
                 "metadata": {"labels": dict(labels), "annotations": prometheus_annotations(router.admin_port)},
                 "spec": {
+                    "automountServiceAccountToken": False,  # the router reads a mounted file, never the API
                     "containers": [container],
                     "volumes": [{"name": "fleet", "configMap": {"name": router_name(owner.name)}}],
                 },

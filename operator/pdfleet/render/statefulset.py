@@ -93,6 +93,7 @@ def _pod_spec(spec: PDDeploymentSpec, cell: Cell) -> dict[str, Any]:
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
     pod: dict[str, Any] = {
+        "automountServiceAccountToken": False,  # engines never call the Kubernetes API
         "containers": [container],
         "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
     }

@@ -1,0 +1,144 @@
+"""Pure checks of the generated observability: fleet-state gauges, dashboards, alert rules and the derived RBAC."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry, generate_latest
+
+from pdfleet.observability import alerts, dashboards, rbac
+from pdfleet.observability import fleet_metrics as fm
+
+BODY = {
+    "metadata": {"namespace": "ml", "name": "chat"},
+    "spec": {"model": {"name": "m"}, "prefill": {"replicas": 3, "autoscaling": {"enabled": True, "maxReplicas": 3}},
+             "decode": {"replicas": 2}, "sla": {"ttftMs": 400, "tpotMs": 40}},
+    "status": {
+        "prefill": {"desiredReplicas": 3, "currentReplicas": 3, "readyReplicas": 2},
+        "decode": {"desiredReplicas": 2, "currentReplicas": 2, "readyReplicas": 2},
+        "autoscaler": {"metrics": {"available": False, "reason": "PrometheusDown"},
+                       "prefill": {"desiredReplicas": 3, "drivingSignal": "ttft_p", "signals": {"ttft_p": 0.8},
+                                   "lastScaleTime": "2026-01-01T00:00:00Z"}},
+        "drain": {"pool": "decode", "targetReplicas": 1, "endpoints": ["chat-decode-rack-a-1"],
+                  "startedAt": "2026-01-01T00:01:00Z"},
+    },
+}
+
+
+def samples() -> dict[tuple[str, tuple[str, ...]], float]:
+    return {(s.name, s.labels): s.value for s in fm.fleet_samples(BODY)}
+
+
+def test_fleet_samples_carry_sla_targets_in_seconds_and_replicas_by_state() -> None:
+    got = samples()
+    assert got[(fm.SLA_TARGET_SECONDS, ("ml", "chat", "ttft"))] == pytest.approx(0.4)
+    assert got[(fm.SLA_TARGET_SECONDS, ("ml", "chat", "tpot"))] == pytest.approx(0.04)
+    assert got[(fm.POOL_REPLICAS, ("ml", "chat", "prefill", "spec"))] == 3
+    assert got[(fm.POOL_REPLICAS, ("ml", "chat", "prefill", "ready"))] == 2
+
+
+def test_fleet_samples_expose_bounds_of_autoscaled_pools_and_last_scale_time() -> None:
+    got = samples()
+    assert got[(fm.AUTOSCALER_MAX_REPLICAS, ("ml", "chat", "prefill"))] == 3
+    assert got[(fm.AUTOSCALER_MIN_REPLICAS, ("ml", "chat", "prefill"))] == 1
+    assert (fm.AUTOSCALER_MAX_REPLICAS, ("ml", "chat", "decode")) not in got
+    assert got[(fm.AUTOSCALER_LAST_SCALE, ("ml", "chat", "prefill"))] == 1767225600
+
+
+def test_collector_names_never_clash_with_the_autoscalers_own_metrics() -> None:
+    exported_by_autoscaler = {fm.AUTOSCALER_DESIRED_REPLICAS, fm.AUTOSCALER_CURRENT_REPLICAS, fm.AUTOSCALER_SIGNAL,
+                              fm.AUTOSCALER_DECISIONS, fm.AUTOSCALER_METRICS_AVAILABLE, fm.AUTOSCALER_DRAINING}
+    assert not exported_by_autoscaler & set(fm.FLEET_METRICS)
+    assert fm.AUTOSCALER_DESIRED_REPLICAS == "pdfleet_autoscaler_desired_replicas"
+
+
+def test_invalid_spec_yields_no_samples_and_a_fresh_object_only_targets_and_replicas() -> None:
+    assert fm.fleet_samples({"metadata": {"name": "x"}, "spec": {"bogus": 1}}) == []
+    fresh_body = {"metadata": {"namespace": "a", "name": "b"}, "spec": {"model": {"name": "m"}}}
+    fresh = {s.name for s in fm.fleet_samples(fresh_body)}
+    assert fresh == {fm.SLA_TARGET_SECONDS, fm.POOL_REPLICAS}
+
+
+def test_collector_exposes_the_contract_names_in_the_text_format() -> None:
+    registry = CollectorRegistry()
+    registry.register(fm.FleetStateCollector(lambda: [BODY]))
+    text = generate_latest(registry).decode()
+    assert 'pdfleet_sla_target_seconds{namespace="ml",objective="ttft",pdd="chat"} 0.4' in text
+    assert "# TYPE pdfleet_autoscaler_max_replicas gauge" in text
+
+
+def test_every_panel_has_queries_units_and_a_non_overlapping_place() -> None:
+    for board in dashboards.all_dashboards():
+        model = dashboards.dashboard_json(board)
+        cells = [(p["gridPos"]["x"], p["gridPos"]["y"]) for p in model["panels"]]
+        assert len(set(cells)) == len(cells)
+        assert all(p["targets"] and all(t["expr"] for t in p["targets"]) for p in model["panels"])
+        assert [v["name"] for v in model["templating"]["list"]] == ["datasource", "namespace", "pdd"]
+
+
+def test_every_dashboard_query_selects_one_pddeployment() -> None:
+    for uid, title, expr in dashboards.panel_queries():
+        assert 'namespace="$namespace", pdd="$pdd"' in expr, (uid, title)
+
+
+def test_required_dashboards_and_alerts_exist() -> None:
+    assert [d.uid for d in dashboards.all_dashboards()] == [
+        "pdfleet-fleet", "pdfleet-sla", "pdfleet-autoscaler", "pdfleet-router", "pdfleet-kv-transfer"]
+    assert {a.name for a in alerts.alerts()} == {
+        "PDFleetTTFTSLABreach", "PDFleetTPOTSLABreach", "PDFleetEngineMetricsMissing",
+        "PDFleetAutoscalerMetricsUnavailable", "PDFleetPoolAtMaxReplicas", "PDFleetDrainStuck"}
+
+
+def concrete(expr: str) -> str:
+    """A dashboard query with Grafana's variables replaced, as Grafana sends it."""
+    for variable, value in (("$__rate_interval", "1m"), ("$__range", "1h"), ("$__interval", "15s"),
+                            ("$namespace", "ml"), ("$pdd", "chat")):
+        expr = expr.replace(variable, value)
+    return expr
+
+
+def test_promtool_parses_every_dashboard_query(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if not promtool:
+        pytest.skip("promtool not installed (Debian package prometheus)")
+    rules = [{"record": f"pdfleet:check:{i}", "expr": concrete(expr)}
+             for i, (_, _, expr) in enumerate(dashboards.panel_queries())]
+    path = tmp_path / "dashboard-queries.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
+    result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_rbac_rules_follow_the_code_paths() -> None:
+    rules = {(r["apiGroups"][0], r["resources"][0]): r["verbs"] for r in rbac.operator_rules()}
+    # Kopf list/watch, server-side apply (patch, and create when the object is new), delete
+    assert rules[("apps", "statefulsets")] == ["create", "delete", "list", "patch", "watch"]
+    assert rules[("", "nodes")] == ["list", "watch"]  # read only
+    assert rules[("pdfleet.dev", "pddeployments/status")] == ["patch"]
+    assert rules[("", "events")] == ["create"]
+    assert not any(("*" in r["verbs"] or "*" in r["resources"]) for r in rbac.operator_rules())
+    assert ("", "secrets") not in rules
+
+
+def test_kube_client_scan_reads_verbs_from_the_http_calls() -> None:
+    import ast
+    import inspect
+
+    from pdfleet.reconcile import kube
+
+    tree = ast.parse(inspect.getsource(kube.KubeClient))
+    methods = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    assert rbac.http_calls(methods["apply"]) == [("patch", "children"), ("create", "children")]
+    assert rbac.http_calls(methods["patch_custom"]) == [("patch", "custom/{subresource}")]
+    assert rbac.http_calls(methods["discover_versions"]) == [("list", "discovery")]
+
+
+def test_alert_signals_are_the_left_side_of_their_expressions() -> None:
+    for alert in alerts.alerts():
+        assert alert.expr.startswith(alert.signal)
+        assert re.search(r"^\d+[smh]$", alert.for_)
