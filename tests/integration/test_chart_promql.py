@@ -1,6 +1,6 @@
 """Every dashboard panel query and alert rule evaluated by a real Prometheus scraping real processes: engine emulators
 (a prefill and a decode), the router in front of them, the operator with its autoscaler on the real control plane, and
-the fleet-state collector fed from the live PDDeployment. A panel whose query returns nothing fails the test."""
+and the fleet-state gauges the operator exports. A panel whose query returns nothing fails the test."""
 
 from __future__ import annotations
 
@@ -17,12 +17,10 @@ from typing import Any
 import httpx
 import pytest
 from kubernetes import client
-from prometheus_client import CollectorRegistry, start_http_server
 
 from pdfleet import API_GROUP, API_VERSION, PLURAL
 from pdfleet.engine.launcher import EngineProcess, free_port, start_engine
 from pdfleet.observability import alerts, dashboards
-from pdfleet.observability.fleet_metrics import FleetStateCollector
 from pdfleet.testing.operator import OperatorProcess
 from pdfleet.testing.prometheus import PrometheusServer, ScrapeTarget, prometheus_binary, start_prometheus
 
@@ -138,12 +136,6 @@ def test_every_panel_and_alert_signal_returns_data(engines: tuple[EngineProcess,
     prefill, decode = engines
     target = {"namespace": namespace, "pdd": PDD, "rack": RACK}
     custom = client.CustomObjectsApi(kube)
-    collector_registry = CollectorRegistry()
-    collector_registry.register(FleetStateCollector(
-        lambda: custom.list_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL)["items"]))
-    collector_port = free_port()
-    collector_server, collector_thread = start_http_server(collector_port, addr="127.0.0.1",
-                                                           registry=collector_registry)
     router = RouterProcess(tmp_path, [
         {"name": f"{PDD}-prefill-{RACK}-0", "pool": "prefill", "url": prefill.url, "rack": RACK, "zone": "z1"},
         {"name": f"{PDD}-decode-{RACK}-0", "pool": "decode", "url": decode.url, "rack": RACK, "zone": "z1"},
@@ -154,8 +146,8 @@ def test_every_panel_and_alert_signal_returns_data(engines: tuple[EngineProcess,
             ScrapeTarget(f"127.0.0.1:{decode.port}", {**target, "pool": "decode", "pod": f"{PDD}-decode-{RACK}-0"}),
             ScrapeTarget(f"127.0.0.1:{router.admin_port}",
                          {"namespace": namespace, "pdd": PDD, "pod": f"{PDD}-router-0"}),
-            ScrapeTarget(f"127.0.0.1:{pdfleet_operator.metrics_port}"),  # its series carry namespace/pdd themselves
-            ScrapeTarget(f"127.0.0.1:{collector_port}"),
+            # the operator's series (autoscaler decisions, fleet-state gauges) carry namespace/pdd themselves
+            ScrapeTarget(f"127.0.0.1:{pdfleet_operator.metrics_port}"),
         ]
         with start_prometheus(scrape, scrape_interval=1.0) as prometheus:
             custom.create_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, {
@@ -181,5 +173,3 @@ def test_every_panel_and_alert_signal_returns_data(engines: tuple[EngineProcess,
             assert set(statuses) == {200}, statuses
     finally:
         router.stop()
-        collector_server.shutdown()
-        collector_thread.join(timeout=5)
