@@ -59,7 +59,7 @@ def main() -> int:
                 latencies.append(time.perf_counter() - started)
 
             time.sleep(5)  # settle: status and fleet views written, pods created and bound
-            writes = operator.metric_sum("pdfleet_operator_api_writes_total")
+            writes = operator.metric_sum("pdfleet_operator_reconcile_writes_total")
             reconciles = operator.metric_sum("pdfleet_operator_reconciles_total")
             for index in range(args.objects):
                 pod = core.list_namespaced_pod("bench", label_selector=f"app.kubernetes.io/instance=fleet-{index:02d}",
@@ -69,7 +69,7 @@ def main() -> int:
                        60, "a reconcile of every touched fleet")
             time.sleep(1)
             woken = operator.metric_sum("pdfleet_operator_reconciles_total") - reconciles
-            extra_writes = operator.metric_sum("pdfleet_operator_api_writes_total") - writes
+            extra_writes = operator.metric_sum("pdfleet_operator_reconcile_writes_total") - writes
 
     print(f"apply -> all cell StatefulSets created, over {len(latencies)} PDDeployments:")
     print(f"  p50 {percentile(latencies, 50) * 1000:.0f} ms   p99 {percentile(latencies, 99) * 1000:.0f} ms   "

@@ -57,7 +57,13 @@ def test_statefulset_becomes_pods(api: client.ApiClient, namespace: str, fleet_n
         "spec": {"serviceName": "cell", "replicas": 2, "podManagementPolicy": "Parallel",
                  "selector": {"matchLabels": labels},
                  "template": {"metadata": {"labels": labels},
-                              "spec": {"containers": [{"name": "engine", "image": "registry.invalid/engine:0"}]}}},
+                              "spec": {
+                                  # other modules' nodes share the control plane: stay on this module's racks
+                                  "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                                      "nodeSelectorTerms": [{"matchExpressions": [{
+                                          "key": RACK_LABEL, "operator": "In",
+                                          "values": sorted(set(fleet_nodes.values()))}]}]}}},
+                                  "containers": [{"name": "engine", "image": "registry.invalid/engine:0"}]}}},
     })
 
     def bound_pods() -> list[client.V1Pod]:

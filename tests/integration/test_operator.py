@@ -169,14 +169,16 @@ def test_scaling_prefill_changes_only_prefill_cells(fleet: Fleet):
 def test_noop_reconcile_makes_zero_api_writes(fleet: Fleet, pdfleet_operator: Any):
     _steady(fleet)
     time.sleep(3)  # let the status settle
-    writes = pdfleet_operator.metric_sum("pdfleet_operator_api_writes_total")
+    # Other tests' fleets may still be autoscaled or torn down: count this fleet's reconcile writes only.
+    mine = f'pdfleet_operator_reconcile_writes_total{{namespace="{fleet.namespace}",pdd="{fleet.name}"}}'
+    writes = pdfleet_operator.metric_sum(mine)
     reconciles = pdfleet_operator.metric_sum("pdfleet_operator_reconciles_total")
     # Touch a managed pod: an event that wakes the reconcile without changing anything it renders.
     pod = fleet.pods(**{"pdfleet.dev/pool": "decode"})[0]
     fleet.core.patch_namespaced_pod(pod.metadata.name, fleet.namespace, {"metadata": {"labels": {"touched": "yes"}}})
     eventually(lambda: pdfleet_operator.metric_sum("pdfleet_operator_reconciles_total") > reconciles, "a reconcile")
     time.sleep(1)
-    assert pdfleet_operator.metric_sum("pdfleet_operator_api_writes_total") == writes
+    assert pdfleet_operator.metric_sum(mine) == writes
 
 
 def test_invalid_update_is_reported_and_changes_nothing(fleet: Fleet):

@@ -30,6 +30,8 @@ log = logging.getLogger("pdfleet.operator")
 RECONCILES = Counter("pdfleet_operator_reconciles_total", "Reconciles run", ["result"])
 RECONCILE_SECONDS = Histogram("pdfleet_operator_reconcile_duration_seconds", "Wall time of one reconcile",
                               buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+RECONCILE_WRITES = Counter("pdfleet_operator_reconcile_writes_total",
+                           "API writes made by reconciles (applies, deletes, status patches)", ["namespace", "pdd"])
 EVENTS = Counter("pdfleet_operator_events_total", "Kubernetes Events posted by the operator", ["type", "reason"])
 
 MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
@@ -201,7 +203,8 @@ async def reconcile_daemon(namespace: str, name: str, body: kopf.Body, stopped: 
                 operator_image=memo.operator_image,
                 now=_now(),
             )
-            await asyncio.to_thread(execute_plan, memo.kube, snapshot, plan)
+            writes = await asyncio.to_thread(execute_plan, memo.kube, snapshot, plan)
+            RECONCILE_WRITES.labels(namespace, name).inc(writes)
             for event in plan.events:
                 EVENTS.labels(event.type, event.reason).inc()
                 kopf.event(body, type=event.type, reason=event.reason, message=event.message)
