@@ -186,7 +186,7 @@ def remove_abandoned_workdirs(parent: Path) -> None:
             continue  # not ours to judge: unreadable, or its owner is alive but another user's
 
 
-def _die_with_parent_hook() -> Callable[[], None] | None:
+def die_with_parent_hook() -> Callable[[], None] | None:
     """A preexec hook that makes the child get SIGTERM when the test process dies without cleaning up, or None.
 
     PR_SET_PDEATHSIG fires when the forking *thread* exits, so children are tied only to the main thread; prctl is
@@ -439,7 +439,7 @@ class LocalControlPlane:
         with log_path.open("wb") as log:
             popen = subprocess.Popen(
                 list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                cwd=self.workdir, start_new_session=True, preexec_fn=_die_with_parent_hook(),
+                cwd=self.workdir, start_new_session=True, preexec_fn=die_with_parent_hook(),
             )
         process = _Process(name, popen, log_path)
         self._processes.append(process)

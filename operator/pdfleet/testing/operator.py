@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from pdfleet.testing.controlplane import free_port, wait_until
+from pdfleet.testing.controlplane import die_with_parent_hook, free_port, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CRD_PATH = REPO_ROOT / "crds" / "pdfleet.dev_pddeployments.yaml"
@@ -62,6 +62,7 @@ class OperatorProcess:
                 [sys.executable, "-m", "pdfleet", "operator", "--metrics-port", str(self.metrics_port),
                  "--health-address", f"127.0.0.1:{self.health_port}"],
                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=die_with_parent_hook(),
             )
         wait_until(self._healthy, timeout, f"operator liveness (log: {self.log_path})")
         return self

@@ -23,6 +23,8 @@ from typing import Any, Iterator, Mapping, Sequence
 import httpx
 import yaml
 
+from pdfleet.testing.controlplane import die_with_parent_hook
+
 DEFAULT_BINARY = "/usr/bin/prometheus"
 ENGINE_JOB = "pdfleet-engines"
 
@@ -246,7 +248,8 @@ def start_prometheus(
     server: PrometheusServer | None = None
     try:
         with open(log_path, "wb") as log:
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       preexec_fn=die_with_parent_hook())
         server = PrometheusServer(process, port, workdir, file_sd_path, log_path)
         _wait_ready(server, ready_timeout)
         yield server

@@ -1,0 +1,46 @@
+"""End-to-end fixtures: one LocalFleet (control plane, 2 racks of emulated L4 nodes, operator, Prometheus, pod runner)
+for the whole e2e run, and a fresh namespace per test whose PDDeployment and pods are removed afterwards."""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from pdfleet.testing.controlplane import MissingBinariesError
+from pdfleet.testing.fleet import LocalFleet
+from pdfleet.testing.prometheus import prometheus_binary
+
+
+@pytest.fixture(scope="session")
+def fleet() -> Iterator[LocalFleet]:
+    """The local fleet; skipped without control-plane binaries or Prometheus, except in CI (env CI) where it fails."""
+    if prometheus_binary() is None:
+        reason = "prometheus binary not found (apt-get install prometheus, or ./dev setup)"
+        pytest.fail(reason) if os.environ.get("CI") else pytest.skip(reason)
+    local = LocalFleet(racks=("rack-a", "rack-b"), nodes_per_rack=2, gpus_per_node=4)
+    try:
+        local.start()
+    except MissingBinariesError as error:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the e2e tests: {error}")
+        pytest.skip(str(error))
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture
+def namespace(fleet: LocalFleet, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace for one test; afterwards its PDDeployments and pods go (grace 0) and the namespace is deleted."""
+    readable = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:30].rstrip("-")
+    name = f"{readable}-{uuid.uuid4().hex[:5]}"
+    fleet.ensure_namespace(name)
+    try:
+        yield name
+    finally:
+        fleet.control_plane.delete_namespace(name)
