@@ -4,13 +4,11 @@ for the whole e2e run, and a fresh namespace per test whose PDDeployment and pod
 from __future__ import annotations
 
 import os
-import re
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from pdfleet.testing.controlplane import MissingBinariesError
+from pdfleet.testing.controlplane import MissingBinariesError, namespace_name_for
 from pdfleet.testing.fleet import LocalFleet
 from pdfleet.testing.prometheus import prometheus_binary
 
@@ -37,8 +35,7 @@ def fleet() -> Iterator[LocalFleet]:
 @pytest.fixture
 def namespace(fleet: LocalFleet, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace for one test; afterwards its PDDeployments and pods go (grace 0) and the namespace is deleted."""
-    readable = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:30].rstrip("-")
-    name = f"{readable}-{uuid.uuid4().hex[:5]}"
+    name = namespace_name_for(request.node.name, keep=30)
     fleet.ensure_namespace(name)
     try:
         yield name

@@ -7,13 +7,11 @@ Tests that use `control_plane` (directly or through `namespace`) get the `contro
 from __future__ import annotations
 
 import os
-import re
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from pdfleet.testing.controlplane import LocalControlPlane, MissingBinariesError
+from pdfleet.testing.controlplane import LocalControlPlane, MissingBinariesError, namespace_name_for
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -42,8 +40,7 @@ def control_plane() -> Iterator[LocalControlPlane]:
 @pytest.fixture
 def namespace(control_plane: LocalControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace named after the test, ready for pods; deleted (without waiting) afterwards."""
-    readable = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].rstrip("-")
-    name = f"{readable}-{uuid.uuid4().hex[:6]}"
+    name = namespace_name_for(request.node.name)
     control_plane.create_namespace(name)
     try:
         yield name

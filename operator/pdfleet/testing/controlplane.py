@@ -17,6 +17,7 @@ import base64
 import ctypes
 import datetime
 import os
+import re
 import shutil
 import signal
 import socket
@@ -27,6 +28,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,6 +103,12 @@ def free_ports(count: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
+
+
+def namespace_name_for(test_name: str, keep: int = 40) -> str:
+    """A fresh, valid namespace name that says which test it belongs to."""
+    readable = re.sub(r"[^a-z0-9]+", "-", test_name.lower()).strip("-")[:keep].rstrip("-")
+    return f"{readable}-{uuid.uuid4().hex[:6]}"
 
 
 def free_port() -> int:
