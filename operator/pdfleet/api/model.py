@@ -184,6 +184,15 @@ class AutoscalingSpec(ApiModel):
         default=0, ge=0, description="Most replicas added per decision; 0 = unlimited (jump to the estimate)."
     )
     max_scale_down_step: int = Field(default=1, ge=0, description="Most replicas removed per decision; 0 = unlimited.")
+    capacity_tokens_per_second: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "Tokens/s one replica sustains within its SLA (prompt tokens/s for prefill, generated tokens/s for decode),"
+            " e.g. from a profiling run; sizes the pool from its token demand. Unset: learned while the pool is"
+            " saturated."
+        ),
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalingSpec:

@@ -26,6 +26,7 @@ class PoolPolicyConfig:
     max_scale_down_step: int = 1  # 0 = unlimited
     gpus_per_replica: int = 1
     # tokens/s one replica sustains at the SLA (prompt tokens for prefill, generated tokens for decode); None = learn
+    # it while the pool is saturated
     capacity_tokens_per_s: float | None = None
 
 
@@ -53,9 +54,10 @@ class FleetPolicyConfig:
         raise KeyError(f"unknown pool {name!r}")
 
 
-def _pool_config(spec: Any, pool: str, capacity: float | None) -> PoolPolicyConfig:
+def _pool_config(spec: Any, pool: str, default_capacity: float | None) -> PoolPolicyConfig:
     pool_spec = spec.pool(pool)
     scaling = pool_spec.autoscaling
+    capacity = scaling.capacity_tokens_per_second or default_capacity
     return PoolPolicyConfig(
         pool=pool,
         enabled=scaling.enabled,
@@ -78,8 +80,8 @@ def policy_config_from_spec(
 ) -> FleetPolicyConfig:
     """Map a PDDeploymentSpec onto FleetPolicyConfig.
 
-    The API has no capacity field: `capacity_tokens_per_s` ({pool: tokens/s per replica}) seeds the capacity signal
-    (e.g. from the engine emulator's preset); pools without one learn it online.
+    A pool's capacity signal uses `autoscaling.capacityTokensPerSecond` when set, else the caller's default from
+    `capacity_tokens_per_s` ({pool: tokens/s per replica}, e.g. from an engine preset); pools with neither learn it.
     """
     capacities = capacity_tokens_per_s or {}
     ratio = spec.autoscaler.pd_ratio

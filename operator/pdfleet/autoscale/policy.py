@@ -13,10 +13,14 @@ from typing import Mapping
 from pdfleet.autoscale.config import PoolPolicyConfig
 from pdfleet.autoscale.signals import MetricsUnavailable, PoolReading, PoolSignals
 
-# A latency between these fractions of its target (upper end: 1 + tolerance) means the pool runs near its SLA,
-# so its per-replica throughput is a sample of its capacity.
-CAPACITY_LEARN_FLOOR = 0.8
+# Requests waiting per replica that mark a pool as saturated: only then is its throughput what a replica can serve
+# rather than what it was offered (the other mark is latency at or over target).
+CAPACITY_LEARN_QUEUE_PER_REPLICA = 1.0
 CAPACITY_LEARN_WEIGHT = 0.3  # EWMA weight of a new capacity sample
+# Most one latency breach may ask for, as a multiple of the pool's measured size (the larger of the replicas reporting
+# and the queue/capacity recommendations): once a queue forms latency grows without bound, so ceil(n x ratio) alone
+# would jump to maxReplicas.
+LATENCY_BREACH_MAX_GROWTH = 1.5
 _EPS = 1e-9  # float slack so ceil(3.0000000001) stays 3
 
 
@@ -50,7 +54,9 @@ class SignalEstimate:
     name: str  # "latency" | "queue" | "capacity"
     ratio: float
     replicas: int
+    need: int  # what the reporting replicas' reading alone calls for: ceil(reporting x observed / target)
     text: str  # e.g. "TTFT p90 812 ms > 500 ms"
+    recommends: bool = True  # False: reported but takes no part in the max (latency below target)
 
 
 @dataclass(frozen=True)
@@ -106,19 +112,37 @@ def _estimate(
         replicas = current
     else:
         replicas = _ceil(base * ratio)
-    return SignalEstimate(name, ratio, replicas, describe.replace("{cmp}", _comparison(ratio, tolerance)))
+    need = _ceil(reporting * raw_ratio)
+    return SignalEstimate(name, ratio, replicas, need, describe.replace("{cmp}", _comparison(ratio, tolerance)))
 
 
-def _latency_estimate(
-    config: PoolPolicyConfig, s: PoolSignals, current: int, percentile: float
-) -> SignalEstimate | None:
+def _latency_ratio(config: PoolPolicyConfig, s: PoolSignals) -> float | None:
+    """Observed/target latency of the pool (TTFT for prefill, ITL for decode); None without a value or target."""
     latency_s = s.ttft_p if config.pool == "prefill" else s.itl_p
     if latency_s is None or config.target_latency_ms <= 0:
         return None
+    return latency_s * 1000.0 / config.target_latency_ms
+
+
+def _latency_estimate(
+    config: PoolPolicyConfig, s: PoolSignals, current: int, percentile: float, sized: int
+) -> SignalEstimate | None:
+    """HPA formula on latency, used only to scale up: below target it recommends nothing (latency is not
+    proportional to load, so ceil(n x ratio) would shrink toward saturation), and a breach asks for at most
+    LATENCY_BREACH_MAX_GROWTH x the larger of the replicas reporting and `sized` (what the queue and capacity
+    readings call for)."""
+    ratio = _latency_ratio(config, s)
+    if ratio is None:
+        return None
     label = "TTFT" if config.pool == "prefill" else "ITL"
-    ms = latency_s * 1000.0
-    text = f"{label} p{percentile:g} {ms:.0f} ms {{cmp}} {config.target_latency_ms:g} ms"
-    return _estimate("latency", ms / config.target_latency_ms, s.replicas_reporting, current, config.tolerance, text)
+    text = f"{label} p{percentile:g} {ratio * config.target_latency_ms:.0f} ms {{cmp}} {config.target_latency_ms:g} ms"
+    estimate = _estimate("latency", ratio, s.replicas_reporting, current, config.tolerance, text)
+    if ratio < 1.0 - config.tolerance:
+        return replace(estimate, replicas=current, recommends=False)
+    cap = max(current, _ceil(max(s.replicas_reporting, sized) * LATENCY_BREACH_MAX_GROWTH))
+    if estimate.replicas > cap:
+        return replace(estimate, replicas=cap, text=f"{estimate.text} (one breach adds at most to {cap})")
+    return estimate
 
 
 def _queue_estimate(config: PoolPolicyConfig, s: PoolSignals, current: int) -> SignalEstimate | None:
@@ -160,13 +184,15 @@ def _capacity_estimate(
 def learn_capacity(
     config: PoolPolicyConfig, s: PoolSignals, current: int, learned: float | None
 ) -> float | None:
-    """Fold a capacity sample into the EWMA when the pool runs near its latency SLA with every replica reporting."""
-    latency_s = s.ttft_p if config.pool == "prefill" else s.itl_p
+    """Fold a capacity sample into the EWMA while the pool is saturated (requests queue, or latency is at or over
+    target) with every replica reporting; an unsaturated pool's throughput is only the load it was offered."""
     tps = _pool_tps(config.pool, s)
-    if latency_s is None or not tps or s.replicas_reporting < max(current, 1) or config.target_latency_ms <= 0:
+    if not tps or s.replicas_reporting < max(current, 1):
         return learned
-    ratio = latency_s * 1000.0 / config.target_latency_ms
-    if not CAPACITY_LEARN_FLOOR <= ratio <= 1.0 + config.tolerance:
+    ratio = _latency_ratio(config, s)
+    at_target = ratio is not None and ratio >= 1.0 - config.tolerance
+    queueing = (s.queue_per_replica or 0.0) >= CAPACITY_LEARN_QUEUE_PER_REPLICA
+    if not (at_target or queueing):
         return learned
     sample = tps / s.replicas_reporting
     if learned is None:
@@ -253,28 +279,35 @@ def decide_pool(
         cause = f"holding, metrics unavailable ({reading.reason}: {reading.message})"
         return _hold_decision(config, current, cause, {}), state
 
-    capacity = state.learned_capacity_tps or config.capacity_tokens_per_s
+    # a configured capacity is authoritative; learning is the fallback
+    capacity = config.capacity_tokens_per_s or state.learned_capacity_tps
     values = signal_values(reading, percentile, capacity)
-    estimates = [
+    sizing = [
         e
         for e in (
-            _latency_estimate(config, reading, current, percentile),
             _queue_estimate(config, reading, current),
             _capacity_estimate(config, reading, current, capacity, window_s),
         )
         if e is not None
     ]
-    learned = learn_capacity(config, reading, current, state.learned_capacity_tps)
+    latency = _latency_estimate(config, reading, current, percentile, max((e.need for e in sizing), default=0))
+    estimates = ([latency] if latency else []) + sizing
+    learned = state.learned_capacity_tps
+    if config.capacity_tokens_per_s is None:
+        learned = learn_capacity(config, reading, current, learned)
     if not estimates:
         decision = _hold_decision(config, current, "holding, no usable signal in the reading", values)
         return decision, replace(state, learned_capacity_tps=learned)
 
-    # most replicas wins, then the larger ratio, then the first listed (latency, queue, capacity)
-    driving = max(estimates, key=lambda e: (e.replicas, e.ratio))
+    # most replicas wins, then the larger ratio, then the first listed (latency, queue, capacity); a latency below
+    # target drives only when it is the sole signal, and then holds
+    driving = max([e for e in estimates if e.recommends] or estimates, key=lambda e: (e.replicas, e.ratio))
     raw = driving.replicas
     stabilized = _stabilize(config, current, raw, state.recommendations, now)
     desired, notes = _limit_and_clamp(config, current, stabilized, raw)
     cause = driving.text + (" (within tolerance)" if abs(driving.ratio - 1.0) <= config.tolerance else "")
+    if not driving.recommends:
+        cause += " (latency alone never scales down)"
     if 0 < reading.replicas_reporting < current:
         cause += f" ({reading.replicas_reporting} of {current} replicas reporting)"
     window = max(config.scale_up_stabilization_s, config.scale_down_stabilization_s)

@@ -73,13 +73,12 @@ class AutoscalerPolicy:
         return result.replicas
 
 
-def pdfleet_config(fleet: FleetConfig, capacity_tokens_per_s: Mapping[str, float] | None = None,
-                   tuning: Mapping[str, Any] | None = None) -> FleetPolicyConfig:
+def pdfleet_config(fleet: FleetConfig, tuning: Mapping[str, Any] | None = None) -> FleetPolicyConfig:
     """FleetPolicyConfig from a PDDeployment with the API defaults, autoscaling on, bounds set by the racks.
 
     `tuning` overrides API fields by their wire names: AutoscalingSpec fields for both pools (e.g.
-    {"maxScaleUpStep": 2}) or one ({"prefill.targetLatencyMs": 250}), AutoscalerSpec fields as
-    {"autoscaler.intervalSeconds": 10}. `capacity_tokens_per_s` seeds the capacity signal per pool.
+    {"maxScaleUpStep": 2}) or one ({"prefill.targetLatencyMs": 250, "decode.capacityTokensPerSecond": 6000}),
+    AutoscalerSpec fields as {"autoscaler.intervalSeconds": 10}.
     """
     pools: dict[str, dict[str, Any]] = {p: {"enabled": True, "maxReplicas": fleet.max_replicas} for p in PD_POOLS}
     autoscaler: dict[str, Any] = {}
@@ -100,7 +99,7 @@ def pdfleet_config(fleet: FleetConfig, capacity_tokens_per_s: Mapping[str, float
         "sla": {"ttftMs": fleet.ttft_ms, "tpotMs": fleet.tpot_ms, "percentile": fleet.percentile},
         "autoscaler": autoscaler,
     })
-    return policy_config_from_spec(spec, capacity_tokens_per_s)
+    return policy_config_from_spec(spec)
 
 
 def hpa_queue_config(fleet: FleetConfig) -> FleetPolicyConfig:
@@ -115,8 +114,9 @@ def build_policy(name: str, fleet: FleetConfig, trace: list[TraceRequest],
                  tuning: Mapping[str, Any] | None = None) -> tuple[ScalingPolicy, FleetConfig]:
     """The named policy and the fleet it runs on (colocated runs the fleet with disaggregation off).
 
-    `tuning` (only for "pdfleet*" names) is pdfleet_config's, plus "seedCapacity": true to seed the capacity signal
-    from the profile (profile.sla_capacity at the trace's mean lengths).
+    `tuning` (only for "pdfleet*" names) is pdfleet_config's, plus "seedCapacity": true to set each pool's
+    capacityTokensPerSecond from the profile (profile.sla_capacity at the trace's mean lengths), as a user with a
+    profiling run would.
     """
     sizes = static_sizes(fleet, trace)
     if name == "static-peak":
@@ -132,6 +132,8 @@ def build_policy(name: str, fleet: FleetConfig, trace: list[TraceRequest],
         return PlannerPolicy(sizes["mean"]), fleet
     if name.startswith("pdfleet"):
         options = dict(tuning or {})
-        seed = sla_capacity(fleet, *mean_lengths(trace)) if options.pop("seedCapacity", False) else None
-        return AutoscalerPolicy(name, pdfleet_config(fleet, seed, options), sizes["mean"]), fleet
+        if options.pop("seedCapacity", False):
+            profiled = sla_capacity(fleet, *mean_lengths(trace))
+            options = {**{f"{pool}.capacityTokensPerSecond": profiled[pool] for pool in PD_POOLS}, **options}
+        return AutoscalerPolicy(name, pdfleet_config(fleet, options), sizes["mean"]), fleet
     raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
