@@ -1,4 +1,4 @@
-"""`pdfleet autoscaler-bench`: print the autoscaler's PromQL, or read one PDDeployment's signals from Prometheus."""
+"""`pdfleet autoscaler`: print the autoscaler's PromQL, or read one PDDeployment's signals from Prometheus."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pdfleet.autoscale.signals import PoolSignals, PrometheusSignalSource
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pdfleet autoscaler-bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="pdfleet autoscaler", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     for name, help_ in (("promql", "print every query of one interval"), ("signals", "query Prometheus once")):
         command = commands.add_parser(name, help=help_)
@@ -27,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    """Entry point of `pdfleet autoscaler-bench`."""
+    """Entry point of `pdfleet autoscaler`."""
     args = _parser().parse_args(argv)
     if args.command == "promql":
         for query in fleet_queries(args.engine, args.namespace, args.pdd, args.window, args.percentile):
