@@ -4,14 +4,9 @@ and the fleet-state gauges the operator exports. A panel whose query returns not
 
 from __future__ import annotations
 
-import json
 import math
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,7 +14,8 @@ import pytest
 from kubernetes import client
 
 from pdfleet import API_GROUP, API_VERSION, PLURAL
-from pdfleet.engine.launcher import EngineProcess, free_port, start_engine
+from pdfleet.engine.launcher import EngineProcess, start_engine
+from pdfleet.router.launcher import RouterProcess
 from pdfleet.observability import alerts, dashboards
 from pdfleet.testing.operator import OperatorProcess
 from pdfleet.testing.prometheus import PrometheusServer, ScrapeTarget, prometheus_binary, start_prometheus
@@ -45,42 +41,6 @@ def fleet_spec(prometheus_url: str) -> dict[str, Any]:
         "autoscaler": {"intervalSeconds": 1, "windowSeconds": 10},
         "prometheus": {"url": prometheus_url},
     }
-
-
-class RouterProcess:
-    """`pdfleet router` on 127.0.0.1 with a fleet file of the given endpoints."""
-
-    def __init__(self, workdir: Path, endpoints: list[dict[str, Any]]) -> None:
-        fleet = workdir / "fleet.json"
-        fleet.write_text(json.dumps({"version": 1, "generation": 1, "model": MODEL, "endpoints": endpoints,
-                                     "policy": {"maxPrefillRetries": 1, "maxDecodeRetries": 1}}))
-        self.port, self.admin_port = free_port(), free_port()
-        self.log = workdir / "router.log"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pdfleet", "router", "--fleet-file", str(fleet), "--host", "127.0.0.1",
-             "--port", str(self.port), "--admin-port", str(self.admin_port), "--health-interval", "0.5",
-             "--shutdown-grace", "1"], stdout=self.log.open("wb"), stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while not self._ready():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("router did not become ready:\n" + self.log.read_text())
-            time.sleep(0.1)
-
-    def _ready(self) -> bool:
-        try:
-            return httpx.get(f"http://127.0.0.1:{self.admin_port}/ready", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
 
 
 @pytest.fixture
@@ -131,15 +91,15 @@ def concrete(expr: str, namespace: str) -> str:
 
 
 def test_every_panel_and_alert_signal_returns_data(engines: tuple[EngineProcess, EngineProcess], namespace: str,
-                                                   kube: Any, pdfleet_operator: OperatorProcess,
-                                                   tmp_path: Path) -> None:
+                                                   kube: Any, pdfleet_operator: OperatorProcess) -> None:
     prefill, decode = engines
     target = {"namespace": namespace, "pdd": PDD, "rack": RACK}
     custom = client.CustomObjectsApi(kube)
-    router = RouterProcess(tmp_path, [
+    router = RouterProcess({"version": 1, "generation": 1, "model": MODEL, "endpoints": [
         {"name": f"{PDD}-prefill-{RACK}-0", "pool": "prefill", "url": prefill.url, "rack": RACK, "zone": "z1"},
         {"name": f"{PDD}-decode-{RACK}-0", "pool": "decode", "url": decode.url, "rack": RACK, "zone": "z1"},
-    ])
+    ], "policy": {"maxPrefillRetries": 1, "maxDecodeRetries": 1}},
+        ["--health-interval", "0.5", "--shutdown-grace", "1"])
     try:
         scrape = [
             ScrapeTarget(f"127.0.0.1:{prefill.port}", {**target, "pool": "prefill", "pod": f"{PDD}-prefill-{RACK}-0"}),

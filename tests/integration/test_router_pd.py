@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from pdfleet.engine.launcher import EngineProcess, free_port, start_engine
+from pdfleet.engine.launcher import EngineProcess, start_engine
+from pdfleet.router.launcher import RouterProcess
 
 MODEL = "test-model"
 LONG_PROMPT = "word " * 300  # ~375 tokens by the router's estimate: disaggregated
@@ -41,37 +35,13 @@ def view(endpoints: list[dict], generation: int = 1, **policy: Any) -> dict:
                        "decodeTimeoutSeconds": 30, **policy}}
 
 
-class Router:
-    """A `pdfleet router` process with a fleet file in a temp dir."""
+class Router(RouterProcess):
+    """The shared router launcher with fast health checks, /metrics and /admin/endpoints readers, and a stop that
+    fails the test on any unhandled error inside the router."""
 
     def __init__(self, fleet: dict) -> None:
-        self.dir = tempfile.mkdtemp(prefix="pdfleet-router-test-")
-        self.fleet_file = Path(self.dir, "fleet.json")
-        self.write_fleet(fleet)
-        self.port, self.admin_port = free_port(), free_port()
-        self.url, self.admin = f"http://127.0.0.1:{self.port}", f"http://127.0.0.1:{self.admin_port}"
-        self.log = Path(self.dir, "router.log")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pdfleet", "router", "--fleet-file", str(self.fleet_file), "--host", "127.0.0.1",
-             "--port", str(self.port), "--admin-port", str(self.admin_port), "--health-interval", "0.3",
-             "--health-timeout", "1", "--fleet-poll-seconds", "0.2", "--shutdown-grace", "2"],
-            stdout=self.log.open("wb"), stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log.read_text()
-            try:
-                if httpx.get(self.admin + "/ready", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("router did not become ready:\n" + self.log.read_text())
-
-    def write_fleet(self, fleet: dict) -> None:
-        tmp = self.fleet_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(fleet))
-        os.replace(tmp, self.fleet_file)  # atomic, as a ConfigMap update is
+        super().__init__(fleet, ["--health-interval", "0.3", "--health-timeout", "1", "--fleet-poll-seconds", "0.2",
+                                 "--shutdown-grace", "2"], ready_timeout=15)
 
     def metrics(self) -> dict[str, float]:
         """`name{labels}` -> value of every sample on /metrics."""
@@ -85,17 +55,10 @@ class Router:
     def endpoints(self) -> dict[str, dict]:
         return {e["name"]: e for e in httpx.get(self.admin + "/admin/endpoints").json()["endpoints"]}
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        log = self.log.read_text()
-        shutil.rmtree(self.dir, ignore_errors=True)
+    def stop(self) -> str:
+        log = super().stop()
         assert "Traceback" not in log, log[-3000:]  # no unhandled error inside the router
+        return log
 
 
 def engine_count(proc: EngineProcess, metric: str) -> float:
