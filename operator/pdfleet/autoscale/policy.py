@@ -13,10 +13,10 @@ from typing import Mapping
 from pdfleet.autoscale.config import PoolPolicyConfig
 from pdfleet.autoscale.signals import MetricsUnavailable, PoolReading, PoolSignals
 
-# Requests waiting per replica that mark a pool as saturated: only then is its throughput what a replica can serve
-# rather than what it was offered (the other mark is latency at or over target).
-CAPACITY_LEARN_QUEUE_PER_REPLICA = 1.0
 CAPACITY_LEARN_WEIGHT = 0.3  # EWMA weight of a new capacity sample
+# Share of a saturated replica's throughput that the learned capacity keeps: a replica serving at its saturated rate
+# queues, and bursty arrivals need headroom to keep the latency tail inside the target.
+LEARNED_CAPACITY_UTILIZATION = 0.5
 # Most one latency breach may ask for, as a multiple of the pool's measured size (the larger of the replicas reporting
 # and the queue/capacity recommendations): once a queue forms latency grows without bound, so ceil(n x ratio) alone
 # would jump to maxReplicas.
@@ -116,6 +116,14 @@ def _estimate(
     return SignalEstimate(name, ratio, replicas, need, describe.replace("{cmp}", _comparison(ratio, tolerance)))
 
 
+def _scale_up_only(estimate: SignalEstimate, raw_ratio: float, current: int, tolerance: float) -> SignalEstimate:
+    """A saturation signal (latency, queue) is not proportional to load below its target, so there it recommends
+    nothing: ceil(n x ratio) would shrink the pool toward saturation."""
+    if raw_ratio < 1.0 - tolerance:
+        return replace(estimate, replicas=current, recommends=False)
+    return estimate
+
+
 def _latency_ratio(config: PoolPolicyConfig, s: PoolSignals) -> float | None:
     """Observed/target latency of the pool (TTFT for prefill, ITL for decode); None without a value or target."""
     latency_s = s.ttft_p if config.pool == "prefill" else s.itl_p
@@ -136,9 +144,10 @@ def _latency_estimate(
         return None
     label = "TTFT" if config.pool == "prefill" else "ITL"
     text = f"{label} p{percentile:g} {ratio * config.target_latency_ms:.0f} ms {{cmp}} {config.target_latency_ms:g} ms"
-    estimate = _estimate("latency", ratio, s.replicas_reporting, current, config.tolerance, text)
-    if ratio < 1.0 - config.tolerance:
-        return replace(estimate, replicas=current, recommends=False)
+    estimate = _scale_up_only(_estimate("latency", ratio, s.replicas_reporting, current, config.tolerance, text),
+                              ratio, current, config.tolerance)
+    if not estimate.recommends:
+        return estimate
     cap = max(current, _ceil(max(s.replicas_reporting, sized) * LATENCY_BREACH_MAX_GROWTH))
     if estimate.replicas > cap:
         return replace(estimate, replicas=cap, text=f"{estimate.text} (one breach adds at most to {cap})")
@@ -151,7 +160,8 @@ def _queue_estimate(config: PoolPolicyConfig, s: PoolSignals, current: int) -> S
         return None
     text = f"queue {per_replica:.1f}/replica {{cmp}} {config.target_queue_per_replica:g}"
     ratio = per_replica / config.target_queue_per_replica
-    return _estimate("queue", ratio, s.replicas_reporting, current, config.tolerance, text)
+    return _scale_up_only(_estimate("queue", ratio, s.replicas_reporting, current, config.tolerance, text),
+                          ratio, current, config.tolerance)
 
 
 def _pool_tps(pool: str, s: PoolSignals) -> float | None:
@@ -184,17 +194,21 @@ def _capacity_estimate(
 def learn_capacity(
     config: PoolPolicyConfig, s: PoolSignals, current: int, learned: float | None
 ) -> float | None:
-    """Fold a capacity sample into the EWMA while the pool is saturated (requests queue, or latency is at or over
-    target) with every replica reporting; an unsaturated pool's throughput is only the load it was offered."""
+    """Fold a capacity sample into the EWMA while the pool is saturated (latency or queue per replica at or over its
+    target) with every replica reporting; an unsaturated pool's throughput is only the load it was offered. The
+    sample is LEARNED_CAPACITY_UTILIZATION of the per-replica throughput."""
     tps = _pool_tps(config.pool, s)
     if not tps or s.replicas_reporting < max(current, 1):
         return learned
-    ratio = _latency_ratio(config, s)
-    at_target = ratio is not None and ratio >= 1.0 - config.tolerance
-    queueing = (s.queue_per_replica or 0.0) >= CAPACITY_LEARN_QUEUE_PER_REPLICA
+    floor = 1.0 - config.tolerance
+    latency = _latency_ratio(config, s)
+    queue = s.queue_per_replica
+    at_target = latency is not None and latency >= floor
+    queueing = queue is not None and config.target_queue_per_replica > 0 and (
+        queue >= floor * config.target_queue_per_replica)
     if not (at_target or queueing):
         return learned
-    sample = tps / s.replicas_reporting
+    sample = tps / s.replicas_reporting * LEARNED_CAPACITY_UTILIZATION
     if learned is None:
         return sample
     return (1.0 - CAPACITY_LEARN_WEIGHT) * learned + CAPACITY_LEARN_WEIGHT * sample
