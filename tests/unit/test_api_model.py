@@ -15,6 +15,7 @@ from pdfleet.api.model import (
     parse_spec,
     validate_name,
 )
+from pdfleet.autoscale.config import policy_config_from_spec
 
 SAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "samples"
 MINIMAL = {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}}
@@ -31,8 +32,9 @@ def test_defaults_follow_the_architecture_doc() -> None:
     assert spec.prefill.replicas == 1 and spec.decode.gpus_per_replica == 1
     scaling = spec.prefill.autoscaling
     assert (scaling.enabled, scaling.min_replicas, scaling.max_replicas) == (False, 1, 8)
-    assert (scaling.tolerance, scaling.max_scale_up_step, scaling.max_scale_down_step) == (0.1, 0, 1)
+    assert (scaling.tolerance, scaling.max_scale_up_step, scaling.max_scale_down_step) == (0.1, 4, 1)
     assert scaling.scale_down_stabilization_seconds == 300
+    assert scaling.capacity_tokens_per_second is None
     assert spec.topology.rack_label == "topology.pdfleet.dev/rack"
     assert spec.topology.placement == "RackPaired"
     assert (spec.router.port, spec.router.admin_port, spec.router.policy.locality) == (8080, 8081, "preferred")
@@ -67,6 +69,14 @@ def test_numeric_quantities_become_strings() -> None:
     assert spec.prefill.resources == {"cpu": "8", "memory": "64Gi"}
 
 
+def test_capacity_per_replica_reaches_the_policy_per_pool() -> None:
+    spec = parse_spec(with_minimal(prefill={"autoscaling": {"capacityTokensPerSecond": 6000}}))
+    config = policy_config_from_spec(spec, capacity_tokens_per_s={"prefill": 1, "decode": 2500})
+    # the spec's value wins over the caller's default; a pool without one takes the default
+    assert (config.prefill.capacity_tokens_per_s, config.decode.capacity_tokens_per_s) == (6000, 2500)
+    assert policy_config_from_spec(parse_spec(MINIMAL)).prefill.capacity_tokens_per_s is None
+
+
 def test_replicas_outside_autoscaling_bounds_are_allowed() -> None:
     spec = parse_spec(with_minimal(prefill={"replicas": 20, "autoscaling": {"enabled": True, "maxReplicas": 4}}))
     assert spec.prefill.replicas == 20
@@ -94,6 +104,8 @@ def test_replicas_outside_autoscaling_bounds_are_allowed() -> None:
         (with_minimal(prefill={"replicas": -1}), "spec.prefill.replicas: Input should be greater than or equal to 0"),
         (with_minimal(topology={"rackLabel": "bad key!"}), "spec.topology.rackLabel: 'bad key!' must match the pattern"),
         (with_minimal(topology={"placement": "Packed"}), "spec.topology.placement: Input should be"),
+        (with_minimal(decode={"autoscaling": {"capacityTokensPerSecond": 0}}),
+         "spec.decode.autoscaling.capacityTokensPerSecond: Input should be greater than 0"),
         (with_minimal(autoscaler={"gpuBudget": 1}),
          "spec.autoscaler.gpuBudget: 1 GPUs is less than the pools need at least (prefill 1 x 1 + decode 1 x 1 = 2)"),
         (with_minimal(autoscaler={"pdRatio": {"min": 3, "max": 1}}), "spec.autoscaler.pdRatio: min (3) must be <= max (1)"),

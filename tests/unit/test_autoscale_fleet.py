@@ -105,7 +105,7 @@ def _signals(pool: str, replicas: int, **values) -> PoolSignals:
 
 def test_decide_fleet_combines_pool_decisions_and_states():
     config = fleet(gpu_budget=6)
-    readings = {"prefill": _signals("prefill", 2, ttft_p=1.0), "decode": _signals("decode", 2, itl_p=0.075)}
+    readings = {"prefill": _signals("prefill", 2, queue_total=16.0), "decode": _signals("decode", 2, itl_p=0.075)}
     result = decide_fleet(config, {"prefill": 2, "decode": 2}, readings, {}, NOW)
     # prefill wants 4 (pressure 2.0), decode wants 3 (pressure 1.5): budget 6 trims decode back to 2
     assert result.replicas == {"prefill": 4, "decode": 2}
@@ -117,7 +117,7 @@ def test_decide_fleet_combines_pool_decisions_and_states():
 
 
 def test_decide_fleet_holds_a_pool_without_metrics():
-    readings = {"prefill": _signals("prefill", 2, ttft_p=1.0),
+    readings = {"prefill": _signals("prefill", 2, queue_total=16.0),
                 "decode": MetricsUnavailable("decode", NO_SAMPLES, "nothing scraped")}
     states = {"decode": PoolScalerState(last_scale_at=NOW - 60)}
     result = decide_fleet(fleet(), {"prefill": 2, "decode": 3}, readings, states, NOW)

@@ -1,13 +1,24 @@
-"""Per-pool scaling policy: HPA formula per signal, tolerance, max over signals, capacity, stabilization, limits."""
+"""Per-pool scaling policy: HPA formula per signal, tolerance, max over signals, capacity, stabilization, limits, and
+the fixes the fleet simulator proved necessary (saturation signals only scale up, a latency breach is capped, capacity
+is learned only while saturated)."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
 from pdfleet.autoscale.config import PoolPolicyConfig
-from pdfleet.autoscale.policy import PoolScalerState, Recommendation, decide_pool, fresh_state, learn_capacity
+from pdfleet.autoscale.policy import (
+    LATENCY_BREACH_MAX_GROWTH,
+    LEARNED_CAPACITY_UTILIZATION,
+    PoolScalerState,
+    Recommendation,
+    decide_pool,
+    fresh_state,
+    learn_capacity,
+)
 from pdfleet.autoscale.signals import NO_SAMPLES, MetricsUnavailable, PoolSignals
 
 NOW = 10_000.0
@@ -34,22 +45,47 @@ def decode_config(**overrides) -> PoolPolicyConfig:
     return prefill_config(pool="decode", target_latency_ms=50, **overrides)
 
 
+def sized_config(**overrides) -> PoolPolicyConfig:
+    """Prefill config with a known capacity of 1000 prompt tokens/s per replica: the signal that may shrink a pool."""
+    return prefill_config(capacity_tokens_per_s=1000, **overrides)
+
+
 def decide(config, current, signals, state=PoolScalerState(), now=NOW):
     return decide_pool(config, current, signals, state, now, percentile=90, window_s=60)
 
 
 def test_ttft_alone_scales_prefill_by_the_hpa_formula():
-    decision, _ = decide(prefill_config(), 2, reading(ttft_p=0.812))
-    assert decision.desired == 4  # ceil(2 * 812 / 500)
+    decision, _ = decide(prefill_config(), 4, reading(ttft_p=0.7, replicas_reporting=4))
+    assert decision.desired == 6  # ceil(4 * 700 / 500)
     assert decision.driving_signal == "latency"
-    assert decision.reason == "prefill 2\u21924: TTFT p90 812 ms > 500 ms"
-    assert decision.signals["ttft_p90_ms"] == pytest.approx(812)
+    assert decision.reason == "prefill 4\u21926: TTFT p90 700 ms > 500 ms"
+    assert decision.signals["ttft_p90_ms"] == pytest.approx(700)
 
 
 def test_itl_alone_scales_decode():
-    decision, _ = decide(decode_config(), 3, reading("decode", itl_p=0.1, replicas_reporting=3))
-    assert (decision.desired, decision.driving_signal) == (6, "latency")
-    assert decision.reason == "decode 3\u21926: ITL p90 100 ms > 50 ms"
+    decision, _ = decide(decode_config(), 3, reading("decode", itl_p=0.07, replicas_reporting=3))
+    assert (decision.desired, decision.driving_signal) == (5, "latency")
+    assert decision.reason == "decode 3\u21925: ITL p90 70 ms > 50 ms"
+
+
+def test_a_latency_breach_is_capped_relative_to_the_measured_size():
+    # a queue formed: TTFT p90 is 20x target, which the HPA formula would turn into 80 replicas
+    decision, _ = decide(prefill_config(target_queue_per_replica=0), 4, reading(ttft_p=10.0, replicas_reporting=4))
+    assert decision.desired == 6 == math.ceil(4 * LATENCY_BREACH_MAX_GROWTH)
+    assert decision.reason == "prefill 4\u21926: TTFT p90 10000 ms > 500 ms (one breach adds at most to 6)"
+
+
+def test_the_latency_cap_follows_the_queue_and_capacity_view():
+    # 40 waiting call for 10 replicas, so the breach may ask for up to 1.5 x 10
+    decision, _ = decide(prefill_config(), 4, reading(ttft_p=10.0, queue_total=40.0, replicas_reporting=4))
+    assert (decision.desired, decision.driving_signal) == (15, "latency")
+
+
+def test_a_latency_breach_does_not_compound_while_replicas_start():
+    # 9 asked for, 3 ready and queueing; the capacity view needs 5: nothing more until the others report
+    config = prefill_config(capacity_tokens_per_s=10_000, target_queue_per_replica=0)
+    decision, _ = decide(config, 9, reading(ttft_p=3.3, prompt_tps=45_000, replicas_reporting=3))
+    assert decision.desired == 9
 
 
 def test_queue_depth_alone_scales_to_total_over_target():
@@ -58,15 +94,29 @@ def test_queue_depth_alone_scales_to_total_over_target():
     assert "queue 10.0/replica > 4" in decision.reason
 
 
-def test_latency_drives_scale_down_when_every_signal_is_low():
-    decision, _ = decide(prefill_config(), 4, reading(ttft_p=0.1, replicas_reporting=4))
-    assert decision.desired == 1  # ceil(4 * 0.2); queue 0 agrees
-    assert decision.driving_signal == "latency"
+def test_latency_below_target_never_shrinks_a_pool_on_its_own():
+    decision, _ = decide(prefill_config(target_queue_per_replica=0), 4, reading(ttft_p=0.1, replicas_reporting=4))
+    assert (decision.desired, decision.driving_signal) == (4, "latency")
+    assert decision.reason == "prefill 4\u21924: TTFT p90 100 ms < 500 ms (latency alone never scales down)"
+
+
+def test_an_empty_queue_never_shrinks_a_pool_on_its_own():
+    decision, _ = decide(prefill_config(), 4, reading(ttft_p=0.1, queue_total=0.0, replicas_reporting=4))
+    assert decision.desired == 4
+    plain_hpa, state = decide(prefill_config(plain_hpa=True), 4,
+                              reading(queue_total=4.0, prompt_tps=9000, replicas_reporting=4))
+    assert plain_hpa.desired == 1  # ceil(4 * 1/4): the HPA formula the hpa-queue baseline keeps
+    assert state.learned_capacity_tps is None  # and HPA has no capacity signal
+
+
+def test_capacity_shrinks_a_pool_whose_latency_is_low():
+    decision, _ = decide(sized_config(), 4, reading(ttft_p=0.1, prompt_tps=1500, replicas_reporting=4))
+    assert (decision.desired, decision.driving_signal) == (2, "capacity")  # ceil(1500 / 1000)
 
 
 @pytest.mark.parametrize(("ttft_s", "desired"), [(0.54, 2), (0.46, 2), (0.56, 3), (0.44, 2)])
 def test_tolerance_band_holds_small_deviations(ttft_s, desired):
-    # 0.44 s is outside the band (ratio 0.88) but ceil(2 * 0.88) is still 2
+    # 0.44 s is outside the band (ratio 0.88), and a latency below target does not shrink
     decision, _ = decide(prefill_config(target_queue_per_replica=0), 2, reading(ttft_p=ttft_s))
     assert decision.desired == desired
 
@@ -97,32 +147,47 @@ def test_capacity_demand_includes_the_waiting_backlog():
     assert decision.desired == 3  # ceil(12000 / 5000)
 
 
-def test_capacity_is_learned_near_the_sla_and_then_used():
+def test_capacity_is_learned_only_while_the_pool_is_saturated():
     config = prefill_config()
-    learned = learn_capacity(config, reading(ttft_p=0.45, prompt_tps=9000), 2, None)
-    assert learned == pytest.approx(4500)
-    again = learn_capacity(config, reading(ttft_p=0.5, prompt_tps=11_000), 2, learned)
-    assert again == pytest.approx(0.7 * 4500 + 0.3 * 5500)
-    assert learn_capacity(config, reading(ttft_p=0.1, prompt_tps=1000), 2, learned) == learned  # far from the SLA
-    _, state = decide(config, 2, reading(ttft_p=0.45, prompt_tps=9000))
-    assert state.learned_capacity_tps == pytest.approx(4500)
-    decision, _ = decide(config, 2, reading(ttft_p=0.5, prompt_tps=27_000), state)
-    assert (decision.desired, decision.driving_signal) == (6, "capacity")
+    u = LEARNED_CAPACITY_UTILIZATION
+    learned = learn_capacity(config, reading(ttft_p=0.45, prompt_tps=9000), 2, None)  # latency at target
+    assert learned == pytest.approx(4500 * u)
+    again = learn_capacity(config, reading(ttft_p=2.0, prompt_tps=11_000), 2, learned)  # over target
+    assert again == pytest.approx(0.7 * 4500 * u + 0.3 * 5500 * u)
+    queueing = learn_capacity(config, reading(ttft_p=0.1, queue_total=8.0, prompt_tps=10_000), 2, None)
+    assert queueing == pytest.approx(5000 * u)  # 4 waiting per replica: the queue's own target
+    # a pool at 80 % of its latency target with a short queue is not saturated: its throughput is only its load
+    assert learn_capacity(config, reading(ttft_p=0.4, queue_total=2.0, prompt_tps=3000), 2, None) is None
+    assert learn_capacity(config, reading(ttft_p=1.0, prompt_tps=9000), 3, None) is None  # one replica not reporting
+
+
+def test_a_learned_capacity_sizes_the_pool_in_the_same_interval():
+    decision, state = decide(prefill_config(), 2, reading(ttft_p=0.6, prompt_tps=20_000))
+    assert state.learned_capacity_tps == pytest.approx(10_000 * LEARNED_CAPACITY_UTILIZATION)
+    assert (decision.desired, decision.driving_signal) == (4, "capacity")
+
+
+def test_a_configured_capacity_wins_and_is_not_learned():
+    state = PoolScalerState(learned_capacity_tps=500)
+    decision, state = decide(sized_config(), 2, reading(ttft_p=1.0, prompt_tps=3000), state)
+    assert decision.signals["capacity_tps_per_replica"] == 1000
+    assert state.learned_capacity_tps == 500
 
 
 def test_scale_down_stabilization_keeps_the_max_of_the_window():
-    config = prefill_config(scale_down_stabilization_s=300)
+    config = sized_config(scale_down_stabilization_s=300)
+    idle = reading(prompt_tps=500, replicas_reporting=5)
     state = PoolScalerState(recommendations=(Recommendation(NOW - 100, 5),))
-    decision, state = decide(config, 5, reading(ttft_p=0.1, replicas_reporting=5), state)
+    decision, state = decide(config, 5, idle, state)
     assert decision.desired == 5
     assert "scale-down stabilization keeps 5 (max over 300 s)" in decision.reason
-    later, _ = decide(config, 5, reading(ttft_p=0.1, replicas_reporting=5), state, now=NOW + 250)
+    later, _ = decide(config, 5, idle, state, now=NOW + 250)
     assert later.desired == 1  # the 5 has aged out; the window now holds only the 1s recommended since
 
 
 def test_fresh_state_starts_the_scale_down_window_at_first_sight():
-    config = prefill_config(scale_down_stabilization_s=300)
-    idle = reading(ttft_p=0.05, replicas_reporting=4)
+    config = sized_config(scale_down_stabilization_s=300)
+    idle = reading(ttft_p=0.05, prompt_tps=500, replicas_reporting=4)
     decision, _ = decide(config, 4, idle, fresh_state(4, NOW))
     assert decision.desired == 4
     without, _ = decide(config, 4, idle)
@@ -132,32 +197,33 @@ def test_fresh_state_starts_the_scale_down_window_at_first_sight():
 def test_scale_up_stabilization_keeps_the_min_of_the_window():
     config = prefill_config(scale_up_stabilization_s=60)
     state = PoolScalerState(recommendations=(Recommendation(NOW - 30, 2),))
-    decision, state = decide(config, 2, reading(ttft_p=1.5), state)
+    decision, state = decide(config, 2, reading(queue_total=24.0), state)
     assert decision.desired == 2
     assert "scale-up stabilization holds 2 (min over 60 s)" in decision.reason
-    later, _ = decide(config, 2, reading(ttft_p=1.5), state, now=NOW + 45)
+    later, _ = decide(config, 2, reading(queue_total=24.0), state, now=NOW + 45)
     assert later.desired == 6
 
 
 def test_step_limits_bound_each_interval():
-    up, _ = decide(prefill_config(max_scale_up_step=2), 2, reading(ttft_p=2.0))
+    up, _ = decide(prefill_config(max_scale_up_step=2), 2, reading(queue_total=32.0))
     assert up.desired == 4
     assert "maxScaleUpStep 2 limits to 4" in up.reason
-    down, _ = decide(prefill_config(max_scale_down_step=1), 5, reading(ttft_p=0.05, replicas_reporting=5))
+    idle = reading(prompt_tps=500, replicas_reporting=5)
+    down, _ = decide(sized_config(max_scale_down_step=1), 5, idle)
     assert down.desired == 4
-    unlimited, _ = decide(prefill_config(max_scale_down_step=0), 5, reading(ttft_p=0.05, replicas_reporting=5))
+    unlimited, _ = decide(sized_config(max_scale_down_step=0), 5, idle)
     assert unlimited.desired == 1
 
 
 def test_bounds_clamp_recommendations_and_manual_edits():
-    high, _ = decide(prefill_config(max_replicas=8), 4, reading(ttft_p=5.0))
+    high, _ = decide(prefill_config(max_replicas=8), 4, reading(queue_total=80.0, replicas_reporting=4))
     assert high.desired == 8
     assert "clamped to maxReplicas 8" in high.reason
     # a manual edit to 12 (above max) is brought back to max at once, whatever the down step
     edited, _ = decide(prefill_config(max_replicas=8, max_scale_down_step=1), 12,
                        reading(ttft_p=0.5, replicas_reporting=12))
     assert edited.desired == 8
-    low, _ = decide(prefill_config(min_replicas=2), 3, reading(ttft_p=0.05, replicas_reporting=3))
+    low, _ = decide(sized_config(min_replicas=2), 3, reading(prompt_tps=100, replicas_reporting=3))
     assert low.desired == 2
     assert "clamped to minReplicas 2" in low.reason
 
@@ -191,17 +257,17 @@ def test_replicas_not_yet_reporting_prevent_overshoot():
 
 
 def test_replicas_not_reporting_count_as_at_target_when_scaling_down():
-    decision, _ = decide(prefill_config(), 4, reading(ttft_p=0.1, replicas_reporting=2))
+    decision, _ = decide(sized_config(), 4, reading(prompt_tps=400, replicas_reporting=2))
     assert decision.desired == 3  # ratio (2 * 0.2 + 2) / 4 = 0.6
 
 
 def test_flapping_input_does_not_flap_replicas():
-    # load alternates between needing 4 and 1 replicas every interval; TTFT = target * needed / current
-    config = prefill_config(scale_down_stabilization_s=300, max_scale_down_step=1)
+    # load alternates between needing 4 and 1 replicas every interval
+    config = sized_config(scale_down_stabilization_s=300, max_scale_down_step=1)
     state, current, history = PoolScalerState(), 2, []
     for step in range(40):
         needed = 4 if step % 2 == 0 else 1
-        signals = reading(ttft_p=0.5 * needed / current, replicas_reporting=current)
+        signals = reading(ttft_p=0.5 * needed / current, prompt_tps=1000.0 * needed, replicas_reporting=current)
         decision, state = decide(config, current, signals, state, now=NOW + 15 * step)
         current = decision.desired
         history.append(current)

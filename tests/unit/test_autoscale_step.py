@@ -13,7 +13,8 @@ T0 = 1_800_000_000.0
 
 
 def spec(prefill: int = 2, decode: int = 2, down_window: int = 0):
-    scaling = {"enabled": True, "minReplicas": 1, "maxReplicas": 8, "scaleDownStabilizationSeconds": down_window}
+    scaling = {"enabled": True, "minReplicas": 1, "maxReplicas": 8, "scaleDownStabilizationSeconds": down_window,
+               "capacityTokensPerSecond": 1000}
     return parse_spec({
         "model": {"name": "m"}, "engine": {"kind": "vllm", "image": "i"},
         "prefill": {"replicas": prefill, "gpusPerReplica": 1, "autoscaling": scaling},
@@ -28,9 +29,12 @@ NODES = [node_info({"metadata": {"name": f"n-{rack}", "labels": {"topology.pdfle
                    spec().topology) for rack in ("rack-a", "rack-b")]
 
 
-def signals(pool: str, ttft: float | None = None, itl: float | None = None, replicas: int = 2) -> PoolSignals:
+def signals(pool: str, ttft: float | None = None, itl: float | None = None, replicas: int = 2,
+            tokens_per_s: float = 100.0) -> PoolSignals:
+    """A reading; `tokens_per_s` is the pool's prompt (prefill) or generated (decode) token rate."""
     return PoolSignals(pool=pool, ttft_p=ttft, itl_p=itl, queue_total=0.0, running_total=1.0, kv_usage=0.1,
-                       prompt_tps=None, gen_tps=None, request_rate=None, replicas_reporting=replicas, fetched_at=T0)
+                       prompt_tps=tokens_per_s, gen_tps=tokens_per_s, request_rate=1.0, replicas_reporting=replicas,
+                       fetched_at=T0)
 
 
 def step(s, readings, status: dict[str, Any] | None = None, views=(), now: float = T0, states=None):
@@ -39,10 +43,11 @@ def step(s, readings, status: dict[str, Any] | None = None, views=(), now: float
 
 
 def test_ttft_breach_scales_prefill_up_at_once_and_leaves_decode():
-    result = step(spec(), {"prefill": signals("prefill", ttft=1.0), "decode": signals("decode", itl=0.05)})
-    assert result.replicas == {"prefill": 4}
+    result = step(spec(), {"prefill": signals("prefill", ttft=1.0, tokens_per_s=2000),
+                           "decode": signals("decode", itl=0.05, tokens_per_s=2000)})
+    assert result.replicas == {"prefill": 3}, "one latency breach adds at most half the reporting replicas"
     assert [e.reason for e in result.events] == ["ScaledUp"]
-    assert "TTFT" in result.events[0].message and "2\u21924" in result.events[0].message
+    assert "TTFT" in result.events[0].message and "2\u21923" in result.events[0].message
     report = result.status["autoscaler"]
     assert report["prefill"]["drivingSignal"] == "latency" and report["prefill"]["lastScaleTime"] == iso(T0)
     assert report["metrics"]["available"] is True
@@ -82,7 +87,8 @@ def test_drain_times_out_rather_than_blocking_forever():
 def test_load_returning_during_a_drain_cancels_it():
     s = spec(prefill=4)
     started = step(s, {"prefill": signals("prefill", ttft=0.05, replicas=4), "decode": signals("decode", itl=0.05)})
-    hot = {"prefill": signals("prefill", ttft=0.5, replicas=4), "decode": signals("decode", itl=0.05)}
+    # Demand back at what four replicas serve: the capacity signal no longer asks for fewer.
+    hot = {"prefill": signals("prefill", ttft=0.5, replicas=4, tokens_per_s=4000), "decode": signals("decode", itl=0.05)}
     again = step(s, hot, status=started.status, views=[[]], now=T0 + 2, states=started.states)
     assert again.replicas == {} and again.status["drain"] is None
     assert [e.reason for e in again.events] == ["DrainCancelled"]

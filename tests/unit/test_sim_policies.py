@@ -20,11 +20,12 @@ def test_pdfleet_config_uses_api_defaults_and_overrides() -> None:
     assert (config.interval_s, config.window_s, config.percentile) == (15, 60, 90)
     assert config.prefill.target_latency_ms == FLEET.ttft_ms and config.decode.target_latency_ms == FLEET.tpot_ms
     assert config.prefill.max_replicas == FLEET.max_replicas and config.prefill.gpus_per_replica == 4
-    tuned = pdfleet_config(FLEET, {"prefill": 1000.0}, {"prefill.targetLatencyMs": 300, "maxScaleUpStep": 2,
-                                                        "autoscaler.intervalSeconds": 10})
+    tuned = pdfleet_config(FLEET, {"prefill.targetLatencyMs": 300, "maxScaleUpStep": 2,
+                                   "autoscaler.intervalSeconds": 10, "prefill.capacityTokensPerSecond": 1000.0})
     assert tuned.prefill.target_latency_ms == 300 and tuned.decode.target_latency_ms == FLEET.tpot_ms
     assert tuned.prefill.max_scale_up_step == tuned.decode.max_scale_up_step == 2
     assert tuned.interval_s == 10 and tuned.prefill.capacity_tokens_per_s == 1000.0
+    assert tuned.decode.capacity_tokens_per_s is None
     with pytest.raises(ValueError):
         pdfleet_config(FLEET, tuning={"router.locality": "any"})
 
@@ -34,6 +35,17 @@ def test_hpa_queue_keeps_only_the_queue_signal() -> None:
     for pool in (config.prefill, config.decode):
         assert pool.target_latency_ms == 0 and pool.capacity_tokens_per_s is None
         assert pool.target_queue_per_replica == 4 and pool.max_scale_up_step == 4
+        assert pool.plain_hpa  # plain HPA: an empty queue shrinks the pool
+
+
+def test_seed_capacity_sets_the_api_field_from_the_profile() -> None:
+    trace = [TraceRequest(float(i), 1000, 100) for i in range(120)]
+    profiled = sla_capacity(FLEET, 1000, 100)
+    policy, _ = build_policy("pdfleet-seeded", FLEET, trace, {"seedCapacity": True})
+    assert policy.config.prefill.capacity_tokens_per_s == pytest.approx(profiled["prefill"])
+    assert policy.config.decode.capacity_tokens_per_s == pytest.approx(profiled["decode"])
+    explicit, _ = build_policy("pdfleet-x", FLEET, trace, {"seedCapacity": True, "decode.capacityTokensPerSecond": 7})
+    assert explicit.config.decode.capacity_tokens_per_s == 7
 
 
 def test_every_named_policy_builds() -> None:

@@ -181,7 +181,7 @@ class AutoscalingSpec(ApiModel):
         default=300, ge=0, description="Scale down to the highest recommendation of this trailing window."
     )
     max_scale_up_step: int = Field(
-        default=0, ge=0, description="Most replicas added per decision; 0 = unlimited (jump to the estimate)."
+        default=4, ge=0, description="Most replicas added per decision; 0 = unlimited (jump to the estimate)."
     )
     max_scale_down_step: int = Field(default=1, ge=0, description="Most replicas removed per decision; 0 = unlimited.")
     capacity_tokens_per_second: float | None = Field(

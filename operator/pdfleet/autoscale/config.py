@@ -22,12 +22,15 @@ class PoolPolicyConfig:
     tolerance: float = 0.1
     scale_up_stabilization_s: float = 0.0
     scale_down_stabilization_s: float = 300.0
-    max_scale_up_step: int = 0  # 0 = unlimited
+    max_scale_up_step: int = 4  # 0 = unlimited
     max_scale_down_step: int = 1  # 0 = unlimited
     gpus_per_replica: int = 1
     # tokens/s one replica sustains at the SLA (prompt tokens for prefill, generated tokens for decode); None = learn
     # it while the pool is saturated
     capacity_tokens_per_s: float | None = None
+    # True = plain HPA (the simulator's hpa-queue baseline): latency and queue below target recommend ceil(n x ratio)
+    # too, and no capacity is learned
+    plain_hpa: bool = False
 
 
 @dataclass(frozen=True)

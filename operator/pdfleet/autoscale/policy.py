@@ -1,5 +1,9 @@
 """Pure per-pool scaling policy: HPA formula per signal, max over signals, stabilization, step limits, bounds.
 
+Latency and queue are saturation signals, not proportional to load: they only scale up (a latency breach capped
+relative to the queue/capacity view); only the capacity signal (token demand vs per-replica capacity, configured or
+learned while saturated) shrinks a pool. docs/autoscaling.md says why (fleet simulator runs).
+
 No clocks and no I/O: the caller passes `now`, the pool's reading and the previous PoolScalerState, and gets a
 Decision and the next state. The fleet-wide step (GPU budget, P:D ratio) is in `pdfleet.autoscale.fleet`.
 """
@@ -116,10 +120,12 @@ def _estimate(
     return SignalEstimate(name, ratio, replicas, need, describe.replace("{cmp}", _comparison(ratio, tolerance)))
 
 
-def _scale_up_only(estimate: SignalEstimate, raw_ratio: float, current: int, tolerance: float) -> SignalEstimate:
+def _scale_up_only(
+    estimate: SignalEstimate, raw_ratio: float, current: int, config: PoolPolicyConfig
+) -> SignalEstimate:
     """A saturation signal (latency, queue) is not proportional to load below its target, so there it recommends
     nothing: ceil(n x ratio) would shrink the pool toward saturation."""
-    if raw_ratio < 1.0 - tolerance:
+    if raw_ratio < 1.0 - config.tolerance and not config.plain_hpa:
         return replace(estimate, replicas=current, recommends=False)
     return estimate
 
@@ -135,18 +141,16 @@ def _latency_ratio(config: PoolPolicyConfig, s: PoolSignals) -> float | None:
 def _latency_estimate(
     config: PoolPolicyConfig, s: PoolSignals, current: int, percentile: float, sized: int
 ) -> SignalEstimate | None:
-    """HPA formula on latency, used only to scale up: below target it recommends nothing (latency is not
-    proportional to load, so ceil(n x ratio) would shrink toward saturation), and a breach asks for at most
-    LATENCY_BREACH_MAX_GROWTH x the larger of the replicas reporting and `sized` (what the queue and capacity
-    readings call for)."""
+    """HPA formula on latency, scale-up only; a breach asks for at most LATENCY_BREACH_MAX_GROWTH x the larger of
+    the replicas reporting and `sized` (what the queue and capacity readings call for)."""
     ratio = _latency_ratio(config, s)
     if ratio is None:
         return None
     label = "TTFT" if config.pool == "prefill" else "ITL"
     text = f"{label} p{percentile:g} {ratio * config.target_latency_ms:.0f} ms {{cmp}} {config.target_latency_ms:g} ms"
     estimate = _scale_up_only(_estimate("latency", ratio, s.replicas_reporting, current, config.tolerance, text),
-                              ratio, current, config.tolerance)
-    if not estimate.recommends:
+                              ratio, current, config)
+    if not estimate.recommends or estimate.ratio < 1.0:
         return estimate
     cap = max(current, _ceil(max(s.replicas_reporting, sized) * LATENCY_BREACH_MAX_GROWTH))
     if estimate.replicas > cap:
@@ -161,7 +165,7 @@ def _queue_estimate(config: PoolPolicyConfig, s: PoolSignals, current: int) -> S
     text = f"queue {per_replica:.1f}/replica {{cmp}} {config.target_queue_per_replica:g}"
     ratio = per_replica / config.target_queue_per_replica
     return _scale_up_only(_estimate("queue", ratio, s.replicas_reporting, current, config.tolerance, text),
-                          ratio, current, config.tolerance)
+                          ratio, current, config)
 
 
 def _pool_tps(pool: str, s: PoolSignals) -> float | None:
@@ -293,8 +297,11 @@ def decide_pool(
         cause = f"holding, metrics unavailable ({reading.reason}: {reading.message})"
         return _hold_decision(config, current, cause, {}), state
 
-    # a configured capacity is authoritative; learning is the fallback
-    capacity = config.capacity_tokens_per_s or state.learned_capacity_tps
+    # a configured capacity is authoritative; learning is the fallback, and this reading's sample counts at once
+    learned = state.learned_capacity_tps
+    if config.capacity_tokens_per_s is None and not config.plain_hpa:
+        learned = learn_capacity(config, reading, current, learned)
+    capacity = config.capacity_tokens_per_s or learned
     values = signal_values(reading, percentile, capacity)
     sizing = [
         e
@@ -306,9 +313,6 @@ def decide_pool(
     ]
     latency = _latency_estimate(config, reading, current, percentile, max((e.need for e in sizing), default=0))
     estimates = ([latency] if latency else []) + sizing
-    learned = state.learned_capacity_tps
-    if config.capacity_tokens_per_s is None:
-        learned = learn_capacity(config, reading, current, learned)
     if not estimates:
         decision = _hold_decision(config, current, "holding, no usable signal in the reading", values)
         return decision, replace(state, learned_capacity_tps=learned)

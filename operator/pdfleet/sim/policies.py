@@ -106,7 +106,7 @@ def hpa_queue_config(fleet: FleetConfig) -> FleetPolicyConfig:
     """The operator's policy with only the queue signal and HPA's default scale-up/down behaviour."""
     base = pdfleet_config(fleet)
     only_queue = dict(target_latency_ms=0.0, capacity_tokens_per_s=None, max_scale_up_step=HPA_SCALE_UP_PODS,
-                      max_scale_down_step=0)
+                      max_scale_down_step=0, plain_hpa=True)
     return replace(base, prefill=replace(base.prefill, **only_queue), decode=replace(base.decode, **only_queue))
 
 
