@@ -191,6 +191,8 @@ async def reconcile_daemon(namespace: str, name: str, body: kopf.Body, stopped: 
         next_resync = time.monotonic() + RESYNC_SECONDS
         key = (namespace, name)
         snapshot = body_snapshot(body)
+        if snapshot["metadata"].get("deletionTimestamp"):
+            continue  # the garbage collector is removing the children: re-applying them would race it
         FLEETS[key] = snapshot
         started = time.perf_counter()
         try:
