@@ -193,10 +193,9 @@ def test_invalid_update_is_reported_and_changes_nothing(fleet: Fleet):
     invalid = eventually(lambda: (c := fleet.condition("InvalidSpec")) and c["status"] == "True" and c,
                          "InvalidSpec condition")
     assert "minReplicas" in invalid["message"] and "maxReplicas" in invalid["message"]
-    events = eventually(lambda: [e for e in fleet.core.list_namespaced_event(fleet.namespace).items
-                                 if e.involved_object.kind == "PDDeployment" and e.type == "Warning"],
-                        "a Warning event on the PDDeployment")
-    assert any("minReplicas" in e.message for e in events)
+    eventually(lambda: [e for e in fleet.core.list_namespaced_event(fleet.namespace).items
+                        if e.involved_object.kind == "PDDeployment" and e.type == "Warning"
+                        and "minReplicas" in e.message], "a Warning event on the PDDeployment naming the field")
     time.sleep(2)
     assert {s.metadata.name: s.metadata.resource_version for s in fleet.statefulsets()} == versions
     assert fleet.condition("Ready")["status"] == "True", "the running fleet stays up"
