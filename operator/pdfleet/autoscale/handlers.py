@@ -22,7 +22,7 @@ from pdfleet.api.model import POOLS, PDDeploymentSpec, SpecError, parse_spec
 from pdfleet.autoscale.policy import PoolScalerState
 from pdfleet.autoscale.signals import PrometheusSignalSource
 from pdfleet.autoscale.step import AutoscaleStep, plan_autoscale
-from pdfleet.reconcile.handlers import EVENTS, body_snapshot
+from pdfleet.reconcile.handlers import body_snapshot, post_events
 from pdfleet.reconcile.kube import KubeClient
 from pdfleet.reconcile.observed import PodState
 from pdfleet.render.meta import ROUTER_COMPONENT
@@ -115,9 +115,7 @@ async def autoscaler_daemon(namespace: str, name: str, body: kopf.Body, stopped:
                         run_interval, memo.kube, source, body_snapshot(body), spec,
                         list(node_index.get(None, [])), list(pod_index.get((namespace, name), [])), states)
                     states = step.states
-                    for event in step.events:
-                        EVENTS.labels(event.type, event.reason).inc()
-                        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+                    post_events(body, step.events)
                     if step.status["drain"]:
                         delay = min(delay, DRAIN_POLL_SECONDS)
                     held = [d for d in step.decision.decisions.values() if d.held]

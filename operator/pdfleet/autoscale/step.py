@@ -19,15 +19,9 @@ from pdfleet.autoscale.drain import drain_progress, pods_removed
 from pdfleet.autoscale.fleet import FleetDecision, decide_fleet
 from pdfleet.autoscale.policy import PoolScalerState, fresh_state
 from pdfleet.autoscale.signals import MetricsUnavailable, PoolReading
+from pdfleet.reconcile.plan import Event
 from pdfleet.topology.inventory import NodeInfo
 from pdfleet.topology.placement import PlacementError, plan_placement
-
-
-@dataclass(frozen=True)
-class Event:
-    type: str
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import datetime
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, Iterable
 
 import kopf
 from prometheus_client import Counter, Histogram
@@ -23,7 +23,7 @@ from pdfleet import API_GROUP, API_VERSION, PLURAL
 from pdfleet.reconcile.kube import KubeClient, load_api_client
 from pdfleet.reconcile.observed import child_state, node_summary, pod_state
 from pdfleet.render.meta import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY
-from pdfleet.reconcile.plan import ReconcilePlan, plan_reconcile, status_patch
+from pdfleet.reconcile.plan import Event, ReconcilePlan, plan_reconcile, status_patch
 
 log = logging.getLogger("pdfleet.operator")
 
@@ -157,6 +157,13 @@ def _snapshot(index: kopf.Index, key: Any) -> list:
     return list(index.get(key, []))
 
 
+def post_events(body: kopf.Body, events: Iterable[Event]) -> None:
+    """Post Events on the PDDeployment through Kopf's poster, counting them."""
+    for event in events:
+        EVENTS.labels(event.type, event.reason).inc()
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+
+
 def execute_plan(kube: KubeClient, body: dict, plan: ReconcilePlan) -> int:
     """Carry out a plan's writes; returns how many API writes it made."""
     meta = body["metadata"]
@@ -207,9 +214,7 @@ async def reconcile_daemon(namespace: str, name: str, body: kopf.Body, stopped: 
             )
             writes = await asyncio.to_thread(execute_plan, memo.kube, snapshot, plan)
             RECONCILE_WRITES.labels(namespace, name).inc(writes)
-            for event in plan.events:
-                EVENTS.labels(event.type, event.reason).inc()
-                kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+            post_events(body, plan.events)
             RECONCILES.labels("ok").inc()
         except Exception as exc:  # noqa: BLE001 - a failed reconcile is retried on the next wake or resync
             RECONCILES.labels("error").inc()

@@ -25,6 +25,8 @@ POOLS = ("prefill", "decode")
 
 @dataclass(frozen=True)
 class Event:
+    """A Kubernetes Event to post on the PDDeployment (reconcile and autoscaler alike)."""
+
     type: str  # Normal | Warning
     reason: str
     message: str
