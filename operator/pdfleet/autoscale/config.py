@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from pdfleet.autoscale.prior import ReplicaModel, replica_model
+
 
 @dataclass(frozen=True)
 class PoolPolicyConfig:
@@ -28,6 +30,8 @@ class PoolPolicyConfig:
     # tokens/s one replica sustains at the SLA (prompt tokens for prefill, generated tokens for decode); None = learn
     # it while the pool is saturated
     capacity_tokens_per_s: float | None = None
+    # the timing model of one replica (model and GPU presets known): the capacity prior until some is learned
+    replica_model: ReplicaModel | None = None
     # True = plain HPA (the simulator's hpa-queue baseline): latency and queue below target recommend ceil(n x ratio)
     # too, and no capacity is learned
     plain_hpa: bool = False
@@ -57,6 +61,36 @@ class FleetPolicyConfig:
         raise KeyError(f"unknown pool {name!r}")
 
 
+# vLLM engine args that bound a replica's batches, with vLLM's defaults (the keywords of `prior.replica_model`)
+_ENGINE_LIMIT_ARGS = {"--max-num-seqs": ("max_num_seqs", int),
+                      "--max-num-batched-tokens": ("max_num_batched_tokens", int),
+                      "--gpu-memory-utilization": ("gpu_memory_utilization", float)}
+
+
+def _engine_limits(args: list[str]) -> dict[str, Any]:
+    """The batch limits set in spec.engine.args ("--flag value" or "--flag=value"); unparsable values are skipped."""
+    limits: dict[str, Any] = {}
+    for i, arg in enumerate(args):
+        flag, eq, inline = arg.partition("=")
+        if flag not in _ENGINE_LIMIT_ARGS:
+            continue
+        value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+        name, kind = _ENGINE_LIMIT_ARGS[flag]
+        try:
+            limits[name] = kind(value)
+        except ValueError:
+            pass
+    return limits
+
+
+def _replica_model(spec: Any, pool: str) -> ReplicaModel | None:
+    """The pool's replica in the timing model, or None when its gpuProduct or the model matches no preset."""
+    pool_spec = spec.pool(pool)
+    limits = _engine_limits(spec.engine.args) if spec.engine.kind == "vllm" else {}
+    return replica_model(spec.model.name, pool_spec.gpu_product, pool_spec.gpus_per_replica,
+                         spec.kv_transfer.cache_dtype, **limits)
+
+
 def _pool_config(spec: Any, pool: str, default_capacity: float | None) -> PoolPolicyConfig:
     pool_spec = spec.pool(pool)
     scaling = pool_spec.autoscaling
@@ -75,6 +109,7 @@ def _pool_config(spec: Any, pool: str, default_capacity: float | None) -> PoolPo
         max_scale_down_step=scaling.max_scale_down_step,
         gpus_per_replica=pool_spec.gpus_per_replica,
         capacity_tokens_per_s=capacity,
+        replica_model=_replica_model(spec, pool),
     )
 
 
@@ -84,7 +119,8 @@ def policy_config_from_spec(
     """Map a PDDeploymentSpec onto FleetPolicyConfig.
 
     A pool's capacity signal uses `autoscaling.capacityTokensPerSecond` when set, else the caller's default from
-    `capacity_tokens_per_s` ({pool: tokens/s per replica}, e.g. from an engine preset); pools with neither learn it.
+    `capacity_tokens_per_s` ({pool: tokens/s per replica}, e.g. from an engine preset); pools with neither learn it,
+    starting from the timing model's prior when the model and the pool's gpuProduct match presets.
     """
     capacities = capacity_tokens_per_s or {}
     ratio = spec.autoscaler.pd_ratio

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Mapping
 
 from pdfleet.autoscale.config import PoolPolicyConfig
+from pdfleet.autoscale.prior import decode_sla_capacity, prefill_sla_capacity
 from pdfleet.autoscale.signals import MetricsUnavailable, PoolReading, PoolSignals
 
 CAPACITY_LEARN_WEIGHT = 0.3  # EWMA weight of a new capacity sample
@@ -218,6 +219,19 @@ def learn_capacity(
     return (1.0 - CAPACITY_LEARN_WEIGHT) * learned + CAPACITY_LEARN_WEIGHT * sample
 
 
+def prior_capacity(config: PoolPolicyConfig, s: PoolSignals) -> float | None:
+    """Per-replica capacity at the SLA from the timing model at the reading's mean prompt and output lengths; None
+    without a replica model, a request rate or token rates."""
+    if config.replica_model is None or not s.request_rate or s.prompt_tps is None:
+        return None
+    isl = s.prompt_tps / s.request_rate
+    if config.pool == "prefill":
+        return prefill_sla_capacity(config.replica_model, isl)
+    if s.gen_tps is None or config.target_latency_ms <= 0:
+        return None
+    return decode_sla_capacity(config.replica_model, config.target_latency_ms, isl, s.gen_tps / s.request_rate)
+
+
 def signal_values(s: PoolSignals, percentile: float, capacity: float | None) -> dict[str, float]:
     """The reading as a flat {name: value} dict (latencies in ms) for Decision.signals; None values left out."""
     p = f"p{percentile:g}"
@@ -297,11 +311,13 @@ def decide_pool(
         cause = f"holding, metrics unavailable ({reading.reason}: {reading.message})"
         return _hold_decision(config, current, cause, {}), state
 
-    # a configured capacity is authoritative; learning is the fallback, and this reading's sample counts at once
+    # a configured capacity is authoritative; else the learned one (this reading's sample counts at once), else the
+    # timing model's prior until the pool first saturates
     learned = state.learned_capacity_tps
-    if config.capacity_tokens_per_s is None and not config.plain_hpa:
+    capacity = config.capacity_tokens_per_s
+    if capacity is None and not config.plain_hpa:
         learned = learn_capacity(config, reading, current, learned)
-    capacity = config.capacity_tokens_per_s or learned
+        capacity = learned or prior_capacity(config, reading)
     values = signal_values(reading, percentile, capacity)
     sizing = [
         e

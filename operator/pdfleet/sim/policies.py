@@ -73,6 +73,12 @@ class AutoscalerPolicy:
         return result.replicas
 
 
+def _api_cache_dtype(kv_cache_dtype: str) -> str:
+    """The kvTransfer.cacheDtype for a vLLM --kv-cache-dtype value (fp8 variants map to fp8, bf16/fp16 to auto)."""
+    lowered = kv_cache_dtype.lower()
+    return "fp8" if lowered.startswith("fp8") else "int8" if lowered == "int8" else "auto"
+
+
 def pdfleet_config(fleet: FleetConfig, tuning: Mapping[str, Any] | None = None) -> FleetPolicyConfig:
     """FleetPolicyConfig from a PDDeployment with the API defaults, autoscaling on, bounds set by the racks.
 
@@ -95,7 +101,13 @@ def pdfleet_config(fleet: FleetConfig, tuning: Mapping[str, Any] | None = None) 
             raise ValueError(f"unknown tuning key {key!r}")
     spec = PDDeploymentSpec.model_validate({
         "model": {"name": fleet.model},
-        **{p: {"gpusPerReplica": fleet.gpus_per_replica, "autoscaling": pools[p]} for p in PD_POOLS},
+        # the engine args and GPU label the operator reads the capacity prior from, as a real PDDeployment sets them
+        "engine": {"args": ["--max-num-seqs", str(fleet.max_num_seqs),
+                            "--max-num-batched-tokens", str(fleet.max_num_batched_tokens),
+                            "--gpu-memory-utilization", str(fleet.gpu_memory_utilization)]},
+        "kvTransfer": {"cacheDtype": _api_cache_dtype(fleet.kv_cache_dtype)},
+        **{p: {"gpusPerReplica": fleet.gpus_per_replica, "gpuProduct": fleet.gpu, "autoscaling": pools[p]}
+           for p in PD_POOLS},
         "sla": {"ttftMs": fleet.ttft_ms, "tpotMs": fleet.tpot_ms, "percentile": fleet.percentile},
         "autoscaler": autoscaler,
     })

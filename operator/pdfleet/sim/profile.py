@@ -1,7 +1,8 @@
 """Offline profile of one instance from the timing model: what a pre-deployment profiling sweep would measure.
 
 Used to size the static baselines, by the planner-style scaler (its interpolators) and to seed pdfleet's capacity
-signal. Pure functions of the fleet config; results are cached per (config, rounded input).
+signal. The computation is the autoscaler's capacity prior (`pdfleet.autoscale.prior`) on the fleet's replica; these
+are its fleet-config entry points.
 """
 
 from __future__ import annotations
@@ -9,63 +10,38 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from pdfleet.engine.timing import decode_step_time, prefill_time
+from pdfleet.autoscale import prior
+from pdfleet.autoscale.prior import ReplicaModel
 from pdfleet.sim.config import FleetConfig
 from pdfleet.sim.trace import TraceRequest
 
-# Share of a replica's profiled capacity that still meets the SLA under bursty arrivals: prefill queues (TTFT tails
-# grow fast past ~0.55 on the Azure conv trace), decode only loses batch slots (ITL stays within target).
-PREFILL_UTILIZATION = 0.5
-DECODE_UTILIZATION = 0.8
 DEMAND_WINDOW_S = 60.0  # demand is measured per minute, like the traces' published peak/mean
 
 
-def _bucket(tokens: float) -> int:
-    """Round token counts to 64 so the caches stay small."""
-    return max(64, int(round(tokens / 64.0)) * 64)
-
-
-@lru_cache(maxsize=4096)
-def _prefill_ttft(fleet: FleetConfig, isl: int) -> float:
-    return prefill_time(fleet.hardware, isl, fleet.max_num_batched_tokens)
+@lru_cache(maxsize=64)
+def fleet_replica(fleet: FleetConfig) -> ReplicaModel:
+    """The timing model's view of one of the fleet's instances, with its engine limits."""
+    return ReplicaModel(fleet.hardware, fleet.max_num_seqs, fleet.max_num_batched_tokens, fleet.gpu_memory_utilization)
 
 
 def prefill_ttft(fleet: FleetConfig, isl: float) -> float:
     """Seconds to prefill one prompt of `isl` tokens on an idle instance (the profiled TTFT)."""
-    return _prefill_ttft(fleet, _bucket(isl))
+    return prior.prefill_ttft(fleet_replica(fleet), isl)
 
 
 def prefill_throughput(fleet: FleetConfig, isl: float) -> float:
     """Prompt tokens/s one instance sustains prefilling `isl`-token prompts back to back."""
-    bucket = _bucket(isl)
-    return bucket / _prefill_ttft(fleet, bucket)
+    return prior.prefill_throughput(fleet_replica(fleet), isl)
 
 
 def decode_itl(fleet: FleetConfig, batch: float, context: float) -> float:
     """Profiled inter-token latency at `batch` running sequences of `context` KV tokens each."""
-    b = max(1, int(round(batch)))
-    return decode_step_time(fleet.hardware, b, int(b * context))
-
-
-@lru_cache(maxsize=4096)
-def _best_decode(fleet: FleetConfig, itl_target_us: int, context: int) -> tuple[float, int]:
-    itl_target = itl_target_us / 1e6
-    cap = min(fleet.max_num_seqs, max(1, fleet.kv_capacity_tokens // max(1, context)))
-    lo, hi = 1, cap
-    if decode_itl(fleet, 1, context) > itl_target:
-        return 1.0 / decode_itl(fleet, 1, context), 1  # even batch 1 misses: the best it can do
-    while lo < hi:  # step time grows with batch: largest batch within the target
-        mid = (lo + hi + 1) // 2
-        if decode_itl(fleet, mid, context) <= itl_target:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo / decode_itl(fleet, lo, context), lo
+    return prior.decode_itl(fleet_replica(fleet), batch, context)
 
 
 def decode_capacity(fleet: FleetConfig, itl_target_s: float, context: float) -> float:
     """Most generated tokens/s one instance sustains with ITL <= target at `context` tokens per sequence."""
-    return _best_decode(fleet, max(1, int(itl_target_s * 1e6)), _bucket(context))[0]
+    return prior.decode_capacity(fleet_replica(fleet), itl_target_s, context)
 
 
 def demand_series(trace: list[TraceRequest], window_s: float = DEMAND_WINDOW_S) -> list[tuple[float, float, float]]:
@@ -89,10 +65,8 @@ def mean_lengths(trace: list[TraceRequest]) -> tuple[float, float]:
 
 
 def sla_capacity(fleet: FleetConfig, isl: float, osl: float) -> dict[str, float]:
-    """Tokens/s per replica at the SLA: prefill back-to-back throughput and decode throughput within the TPOT
-    target, each derated to its utilization above."""
-    return {"prefill": prefill_throughput(fleet, isl) * PREFILL_UTILIZATION,
-            "decode": decode_capacity(fleet, fleet.tpot_ms / 1000.0, isl + osl / 2) * DECODE_UTILIZATION}
+    """Tokens/s per replica at the fleet's SLA for mean lengths isl/osl (`pdfleet.autoscale.prior.sla_capacity`)."""
+    return prior.sla_capacity(fleet_replica(fleet), fleet.tpot_ms, isl, osl)
 
 
 def static_sizes(fleet: FleetConfig, trace: list[TraceRequest]) -> dict[str, dict[str, int]]:
