@@ -114,9 +114,17 @@ class KubeClient:
         rt = self.kinds[kind]
         meta = obj["metadata"]
         path = f"{rt.collection_path(meta.get('namespace'))}/{meta['name']}"
-        API_WRITES.labels(kind, "apply").inc()
-        return self._call("PATCH", path, body=obj, query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
-                          content_type="application/apply-patch+yaml")
+        query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
+        retries = 1  # an apply that creates races any other creator (e.g. another operator replica in a handover)
+        while True:
+            API_WRITES.labels(kind, "apply").inc()
+            try:
+                return self._call("PATCH", path, body=obj, query=query, content_type="application/apply-patch+yaml")
+            except ApiException as exc:
+                # The object now exists, so applying again is an ordinary, idempotent patch.
+                if retries == 0 or exc.status != 409 or "AlreadyExists" not in (exc.body or ""):
+                    raise
+                retries -= 1
 
     def patch_custom(self, group: str, version: str, plural: str, namespace: str, name: str,
                      patch: dict[str, Any], subresource: str = "") -> dict:
