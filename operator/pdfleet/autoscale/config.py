@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from pdfleet.autoscale.prior import ReplicaModel, replica_model
+from pdfleet.engine.config import vllm_batch_limits
 
 
 @dataclass(frozen=True)
@@ -62,31 +63,10 @@ class FleetPolicyConfig:
 
 
 # vLLM engine args that bound a replica's batches, with vLLM's defaults (the keywords of `prior.replica_model`)
-_ENGINE_LIMIT_ARGS = {"--max-num-seqs": ("max_num_seqs", int),
-                      "--max-num-batched-tokens": ("max_num_batched_tokens", int),
-                      "--gpu-memory-utilization": ("gpu_memory_utilization", float)}
-
-
-def _engine_limits(args: list[str]) -> dict[str, Any]:
-    """The batch limits set in spec.engine.args ("--flag value" or "--flag=value"); unparsable values are skipped."""
-    limits: dict[str, Any] = {}
-    for i, arg in enumerate(args):
-        flag, eq, inline = arg.partition("=")
-        if flag not in _ENGINE_LIMIT_ARGS:
-            continue
-        value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
-        name, kind = _ENGINE_LIMIT_ARGS[flag]
-        try:
-            limits[name] = kind(value)
-        except ValueError:
-            pass
-    return limits
-
-
 def _replica_model(spec: Any, pool: str) -> ReplicaModel | None:
     """The pool's replica in the timing model, or None when its gpuProduct or the model matches no preset."""
     pool_spec = spec.pool(pool)
-    limits = _engine_limits(spec.engine.args) if spec.engine.kind == "vllm" else {}
+    limits = vllm_batch_limits(list(spec.engine.args)) if spec.engine.kind == "vllm" else {}
     return replica_model(spec.model.name, pool_spec.gpu_product, pool_spec.gpus_per_replica,
                          spec.kv_transfer.cache_dtype, **limits)
 

@@ -10,6 +10,7 @@ import json
 import os
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from pdfleet.engine import presets
 from pdfleet.engine.faults import Faults
@@ -56,8 +57,8 @@ class EngineSettings:
         return self.served_model_names[0]
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pdfleet engine serve", allow_abbrev=False,
+def _parser(exit_on_error: bool = True) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pdfleet engine serve", allow_abbrev=False, exit_on_error=exit_on_error,
                                 description="vLLM-compatible engine emulator (accepts `vllm serve` arguments)")
     vllm = p.add_argument_group("vLLM arguments")
     vllm.add_argument("--model", dest="model_flag")
@@ -99,6 +100,17 @@ def _parser() -> argparse.ArgumentParser:
     faults.add_argument("--fault-slowdown", type=float, default=1.0, metavar="FACTOR")
     faults.add_argument("--fault-unhealthy", action="store_true")
     return p
+
+
+def vllm_batch_limits(args: list[str]) -> dict[str, Any]:
+    """max_num_seqs, max_num_batched_tokens and gpu_memory_utilization as `vllm serve` reads them from `args` (vLLM's
+    defaults where absent; all defaults when a value is malformed, since vLLM would not start with it)."""
+    try:
+        parsed, _ = _parser(exit_on_error=False).parse_known_args(args)
+    except argparse.ArgumentError:
+        parsed, _ = _parser().parse_known_args([])
+    return {"max_num_seqs": parsed.max_num_seqs, "max_num_batched_tokens": parsed.max_num_batched_tokens,
+            "gpu_memory_utilization": parsed.gpu_memory_utilization}
 
 
 def _advertise_host(flag: str | None, bind_host: str) -> str:
