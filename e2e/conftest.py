@@ -3,13 +3,13 @@ for the whole e2e run, and a fresh namespace per test whose PDDeployment and pod
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 
 from pdfleet.testing.controlplane import MissingBinariesError, namespace_name_for
 from pdfleet.testing.fleet import LocalFleet
+from pdfleet.testing.prerequisites import missing_prerequisite
 from pdfleet.testing.prometheus import prometheus_binary
 
 
@@ -17,15 +17,12 @@ from pdfleet.testing.prometheus import prometheus_binary
 def fleet() -> Iterator[LocalFleet]:
     """The local fleet; skipped without control-plane binaries or Prometheus, except in CI (env CI) where it fails."""
     if prometheus_binary() is None:
-        reason = "prometheus binary not found (apt-get install prometheus, or ./dev setup)"
-        pytest.fail(reason) if os.environ.get("CI") else pytest.skip(reason)
+        missing_prerequisite("prometheus binary not found (apt-get install prometheus, or ./dev setup)")
     local = LocalFleet(racks=("rack-a", "rack-b"), nodes_per_rack=2, gpus_per_node=4)
     try:
         local.start()
     except MissingBinariesError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the e2e tests: {error}")
-        pytest.skip(str(error))
+        missing_prerequisite(str(error))
     try:
         yield local
     finally:
