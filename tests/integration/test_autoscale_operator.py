@@ -118,10 +118,12 @@ def test_each_pool_scales_on_its_own_signal_drains_before_shrinking_and_holds_wi
             assert replicas()["decode"] == 2
             scaled_up = wait_until(lambda: events("ScaledUp"), 10, "the ScaledUp event")  # Events post async
             assert all(m.startswith("prefill 2\u2192") for m in scaled_up), scaled_up
+            # The breach is real at decision time: the event names the prefill signal past its target (TTFT, queue
+            # or demand over the capacity estimate, whichever asks for more). Status is read later, when the new
+            # replicas may already have pulled TTFT back under 500 ms, so it only shows that TTFT is measured.
+            assert any(" > " in m.split(": ", 1)[1] for m in scaled_up), scaled_up
             status = pdd()["status"]["autoscaler"]
-            # The breach is real (TTFT p90 past 500 ms); the driving signal may be latency or the capacity estimate
-            # of the same overload, whichever asks for more replicas.
-            assert status["prefill"]["signals"]["ttft_p90_ms"] > 500
+            assert status["prefill"]["signals"]["ttft_p90_ms"] > 0
             assert status["prefill"]["drivingSignal"] in ("latency", "queue", "capacity")
             assert status["metrics"]["available"] is True
         finally:
