@@ -53,15 +53,31 @@ def test_ratio_band_lowers_when_the_other_pool_is_at_its_max():
     assert (p, d) == (6, 3)
 
 
-def test_budget_trims_the_pool_with_lower_pressure():
-    p, d, result = constrain(fleet(gpu_budget=8), wants("prefill", 4, 6, pressure=3.0), wants("decode", 4, 4, 1.5))
-    assert (p, d) == (6, 2)
-    assert result["decode"].notes == ("GPU budget 8 trims decode to 2",)
+def test_budget_is_shared_in_proportion_to_the_asks():
+    p, d, result = constrain(fleet(gpu_budget=8), wants("prefill", 2, 6, pressure=3.0), wants("decode", 2, 4, 1.5))
+    assert (p, d) == (5, 3)  # 6:4 asked, 8 GPUs: 4.8:3.2, the rounding replica to the smaller share
+    assert result["prefill"].notes == ("GPU budget 8 trims prefill to 5",)
+    assert result["decode"].notes == ("GPU budget 8 trims decode to 3",)
 
 
-def test_budget_tie_keeps_decode():
-    p, d, _ = constrain(fleet(gpu_budget=8), wants("prefill", 4, 6, pressure=2.0), wants("decode", 4, 4, 2.0))
-    assert (p, d) == (4, 4)
+def test_budget_keeps_a_split_within_one_replica_of_its_share():
+    config = fleet(gpu_budget=8)
+    # the share is 5:3; moving one replica from decode to prefill would only chase the rounding
+    assert constrain(config, wants("prefill", 4, 6, pressure=3.0), wants("decode", 4, 4, 1.5))[:2] == (4, 4)
+    # two replicas off is a real imbalance: move
+    assert constrain(config, wants("prefill", 2, 6, pressure=3.0), wants("decode", 6, 4, 1.5))[:2] == (5, 3)
+
+
+def test_budget_keeps_the_calmer_pool_alive():
+    # winner-takes-all would trim decode to its floor; a starved pool comes back with the higher pressure next time
+    p, d, _ = constrain(fleet(gpu_budget=9), wants("prefill", 8, 12, pressure=1.5), wants("decode", 1, 6, 1.2))
+    assert (p, d) == (6, 3)
+
+
+def test_budget_ties_go_to_the_higher_pressure_then_decode():
+    config = fleet(gpu_budget=7)
+    assert constrain(config, wants("prefill", 4, 4, pressure=2.0), wants("decode", 4, 4, 1.0))[:2] == (4, 3)
+    assert constrain(config, wants("prefill", 4, 4, pressure=2.0), wants("decode", 4, 4, 2.0))[:2] == (3, 4)
 
 
 def test_budget_counts_gpus_per_replica():
@@ -70,11 +86,12 @@ def test_budget_counts_gpus_per_replica():
     assert (p, d) == (3, 4)  # 3 * 2 + 4 * 1 = 10
 
 
-def test_budget_beats_ratio_and_prefers_ratio_keeping_removals():
-    config = fleet(gpu_budget=8, ratio=(0.5, 2))
-    p, d, _ = constrain(config, wants("prefill", 4, 6, pressure=3.0), wants("decode", 4, 4, pressure=1.5))
-    # trimming decode alone would give 6:2 (ratio 3); the band is kept by taking one from each
-    assert (p, d) == (5, 3)
+def test_budget_beats_the_ratio_band_and_keeps_its_proportions():
+    config = fleet(gpu_budget=8, ratio=(0.5, 1))
+    p, d, result = constrain(config, wants("prefill", 4, 8, pressure=3.0), wants("decode", 4, 4, pressure=1.5))
+    # the band first raises decode to 8 (16 GPUs); the budget shares 8 as 4:4, which the band keeps
+    assert (p, d) == (4, 4)
+    assert result["decode"].notes == ("P:D ratio band [0.5, 1] raises decode to 8", "GPU budget 8 trims decode to 4")
 
 
 def test_budget_wins_over_an_unreachable_ratio_and_says_so():
@@ -107,13 +124,11 @@ def test_decide_fleet_combines_pool_decisions_and_states():
     config = fleet(gpu_budget=6)
     readings = {"prefill": _signals("prefill", 2, queue_total=16.0), "decode": _signals("decode", 2, itl_p=0.075)}
     result = decide_fleet(config, {"prefill": 2, "decode": 2}, readings, {}, NOW)
-    # prefill wants 4 (pressure 2.0), decode wants 3 (pressure 1.5): budget 6 trims decode back to 2
-    assert result.replicas == {"prefill": 4, "decode": 2}
+    # prefill asks 4 (pressure 2.0), decode asks 3 (pressure 1.5): budget 6 is shared 3:3
+    assert result.replicas == {"prefill": 3, "decode": 3}
     assert result.states["prefill"].last_scale_at == NOW
-    assert result.states["decode"].last_scale_at is None
-    assert result.decisions["decode"].reason == (
-        "decode 2\u21922: ITL p90 75 ms > 50 ms; GPU budget 6 trims decode to 2"
-    )
+    assert result.states["decode"].last_scale_at == NOW
+    assert result.decisions["prefill"].reason.endswith("; GPU budget 6 trims prefill to 3")
 
 
 def test_decide_fleet_holds_a_pool_without_metrics():

@@ -8,7 +8,7 @@ import pytest
 
 from pdfleet.sim.config import FleetConfig, fleet_from_options
 from pdfleet.sim.planner import PlannerCorrections, PlannerObservation, corrections, plan_replicas
-from pdfleet.sim.policies import POLICY_NAMES, build_policy, hpa_queue_config, pdfleet_config
+from pdfleet.sim.policies import POLICY_NAMES, build_policy, hpa_queue_config, pdfleet_config, planner_options
 from pdfleet.sim.profile import decode_capacity, prefill_throughput, prefill_ttft, sla_capacity, static_sizes
 from pdfleet.sim.trace import TraceRequest
 
@@ -86,6 +86,21 @@ def test_planner_sizes_from_profiled_throughput() -> None:
     fast = plan_replicas(FLEET, obs, PlannerCorrections(0.5, 1.0), 180, 64)
     assert slow["prefill"] == plan["prefill"] and fast["prefill"] <= plan["prefill"]
     assert slow["decode"] >= plan["decode"]
+
+
+def test_planner_headroom_sizes_for_a_share_of_the_profile() -> None:
+    obs = PlannerObservation(requests=1800, isl=1000, osl=200, ttft_s=0.0, itl_s=0.0, decode_batch=0)
+    derated = plan_replicas(FLEET, obs, PlannerCorrections(1.0, 1.0), 180, 64, utilization=(0.5, 0.8))
+    assert derated["prefill"] == math.ceil(10 * 1000 / (0.5 * prefill_throughput(FLEET, 1000)))
+    assert derated["decode"] == math.ceil(10 * 200 / (0.8 * decode_capacity(FLEET, 0.05, 1100)))
+
+
+def test_planner_variants_take_only_utilizations_in_range() -> None:
+    assert planner_options({"prefillUtilization": 0.4}) == {"prefill_utilization": 0.4}
+    with pytest.raises(ValueError, match="unknown planner options"):
+        planner_options({"interval": 60})
+    with pytest.raises(ValueError, match=r"\(0, 1\]"):
+        planner_options({"decodeUtilization": 1.5})
 
 
 def test_planner_corrections_compare_with_the_profile() -> None:

@@ -43,18 +43,28 @@ def test_verdict_lines() -> None:
     assert "not worse" in lines[2] and "does NOT dominate" in lines[3]
 
 
+def test_verdict_compares_the_families_where_the_points_do_not_dominate() -> None:
+    rows = [_row("pdfleet", 0.993, 47), _row("pdfleet-budget28", 0.51, 26), _row("planner", 0.17, 27),
+            _row("planner-h50", 0.984, 43), _row("planner-h40", 0.994, 51)]
+    lines = target_verdict(rows)
+    assert "does NOT dominate" in lines[1]
+    assert lines[2] == "  at equal SLA: the cheapest planner run reaching 99.30% is planner-h40 with 51.0 GPU-h vs 47.0"
+    assert lines[3] == "  at equal cost: pdfleet-budget28 dominates planner (SLA 51.00%, GPU-h 26.0)"
+
+
 def test_simulate_command_writes_summary_and_plots(tmp_path: Path) -> None:
     code = cli.main([
         "--trace", "synthetic:burst:duration_s=240,base_rps=3,peak_rps=15,period_s=120,burst_s=30",
-        "--policies", "static-peak,pdfleet-seeded,colocated",
+        "--policies", "static-peak,pdfleet-seeded,planner-h,colocated",
         "--tuned", 'pdfleet-seeded={"seedCapacity": true}',
+        "--tuned", 'planner-h={"prefillUtilization": 0.5, "decodeUtilization": 0.8}',
         "--fleet", "model=llama-3.1-8b gpus_per_replica=1 racks=2 gpus_per_rack=8 startup_s=30",
         "--out", str(tmp_path),
     ])
     assert code == 0
     out = tmp_path / "synthetic-burst"
     summary = json.loads((out / "summary.json").read_text())
-    assert [p["policy"] for p in summary["policies"]] == ["static-peak", "pdfleet-seeded", "colocated"]
+    assert [p["policy"] for p in summary["policies"]] == ["static-peak", "pdfleet-seeded", "planner-h", "colocated"]
     assert all(p["completed"] == p["requests"] for p in summary["policies"])
     assert "| static-peak |" in (out / "summary.md").read_text()
     assert (out / "sla_vs_gpu_hours.png").stat().st_size > 0
@@ -63,3 +73,5 @@ def test_simulate_command_writes_summary_and_plots(tmp_path: Path) -> None:
 
 def test_simulate_command_rejects_unknown_policy(tmp_path: Path) -> None:
     assert cli.main(["--trace", "synthetic:steady", "--policies", "magic", "--out", str(tmp_path)]) == 2
+    assert cli.main(["--trace", "synthetic:steady", "--tuned", 'planner-x={"prefillUtilization": 2}',
+                     "--out", str(tmp_path)]) == 2

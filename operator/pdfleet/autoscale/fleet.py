@@ -1,8 +1,7 @@
 """Pure fleet-wide step over both pools: P:D ratio band and GPU budget on top of the per-pool decisions.
 
 Precedence (strongest first): min/max bounds > GPU budget > P:D ratio band > per-pool recommendation. Under budget
-pressure replicas are removed one at a time, preferring removals that keep the ratio band, then from the pool with the
-lower pressure (the larger observed/target ratio keeps its replicas; ties: decode keeps them).
+pressure the budget is shared between the pools in proportion to the replicas each asks for (see `_fit_budget`).
 """
 
 from __future__ import annotations
@@ -73,24 +72,34 @@ def _enforce_ratio(config: FleetPolicyConfig, p: int, d: int, rp: _Range, rd: _R
 
 
 def _fit_budget(
-    config: FleetPolicyConfig, p: int, d: int, rp: _Range, rd: _Range, shrink_first: str
+    config: FleetPolicyConfig, asked: Mapping[str, int], current: Mapping[str, int], low: Mapping[str, int],
+    pressure: Mapping[str, float],
 ) -> tuple[int, int]:
-    """Remove replicas one at a time until the GPU budget holds or both pools are at their floor."""
+    """Share the GPU budget in proportion to what each pool asks: fill from the floors, one replica at a time, to the
+    pool with the smallest granted/asked share (ties: the higher pressure, then decode).
+
+    Proportional, not winner-takes-all: trimming only the calmer pool starves it, its pressure rises past the other's
+    next interval and the budget flips between the pools every interval (the simulator saw 8:1 <-> 1:8 flapping).
+    A share within one replica per pool of the current split, using no more GPUs, keeps the current split: moving one
+    replica across costs a start-up on one side for a rounding difference, and flaps the same way (6:3 <-> 5:4).
+    """
     budget = config.gpu_budget
-    if budget is None:
-        return p, d
-    for _ in range(p + d):  # each pass removes one replica
-        if _gpus(config, p, d) <= budget:
+    if budget is None or _gpus(config, asked["prefill"], asked["decode"]) <= budget:
+        return asked["prefill"], asked["decode"]
+    granted = {pool: min(asked[pool], low[pool]) for pool in POOLS}
+    gpus = {"prefill": config.prefill.gpus_per_replica, "decode": config.decode.gpus_per_replica}
+    while True:
+        used = _gpus(config, granted["prefill"], granted["decode"])
+        open_pools = [pool for pool in POOLS if granted[pool] < asked[pool] and used + gpus[pool] <= budget]
+        if not open_pools:
             break
-        candidates = []
-        if p > rp.low and config.prefill.gpus_per_replica > 0:
-            candidates.append(("prefill", p - 1, d))
-        if d > rd.low and config.decode.gpus_per_replica > 0:
-            candidates.append(("decode", p, d - 1))
-        if not candidates:
-            break
-        _, p, d = min(candidates, key=lambda c: (not _ratio_ok(config, c[1], c[2]), c[0] != shrink_first))
-    return p, d
+        pool = min(open_pools, key=lambda q: (granted[q] / asked[q], -pressure[q], q != "decode"))
+        granted[pool] += 1
+    shared, kept = (granted["prefill"], granted["decode"]), (current["prefill"], current["decode"])
+    near = all(abs(a - b) <= 1 for a, b in zip(shared, kept)) and all(c >= low[q] for q, c in zip(POOLS, kept))
+    if near and _gpus(config, *shared) <= _gpus(config, *kept) <= budget:
+        return kept
+    return shared
 
 
 def _range(config: FleetPolicyConfig, decision: Decision) -> _Range:
@@ -118,14 +127,14 @@ def apply_fleet_constraints(config: FleetPolicyConfig, decisions: Mapping[str, D
     """Apply the ratio band and the GPU budget to both pools' decisions; each change is added to the pool's notes."""
     prefill, decode = decisions["prefill"], decisions["decode"]
     rp, rd = _range(config, prefill), _range(config, decode)
-    shrink_first = "prefill" if decode.pressure >= prefill.pressure else "decode"
     steps: list[tuple[str, tuple[int, int]]] = []
     p, d = prefill.desired, decode.desired
     if config.pd_ratio_min is not None or config.pd_ratio_max is not None:
         p, d = _enforce_ratio(config, p, d, rp, rd)
         steps.append((_band_text(config), (p, d)))
     if config.gpu_budget is not None:
-        p, d = _fit_budget(config, p, d, rp, rd, shrink_first)
+        p, d = _fit_budget(config, {"prefill": p, "decode": d}, {"prefill": prefill.current, "decode": decode.current},
+                           {"prefill": rp.low, "decode": rd.low}, {"prefill": prefill.pressure, "decode": decode.pressure})
         steps.append((f"GPU budget {config.gpu_budget}", (p, d)))
         p, d = _lower_into_band(config, p, d, rp, rd)
         steps.append((_band_text(config), (p, d)))

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pdfleet.sim.config import fleet_from_options
-from pdfleet.sim.policies import POLICY_NAMES
+from pdfleet.sim.policies import POLICY_NAMES, planner_options
 from pdfleet.sim.report import markdown_table, summarize, target_verdict
 from pdfleet.sim.run import load_workload, run_policy
 from pdfleet.sim.trace import trace_stats
@@ -36,11 +36,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="FleetConfig field, e.g. model=llama-3.1-8b gpus_per_replica=1 startup_s=60; repeatable")
     p.add_argument("--tuned", action="append", default=[], metavar="NAME=JSON",
                    help="a pdfleet variant: NAME=JSON of API overrides, e.g. "
-                        "'pdfleet-tuned={\"seedCapacity\": true, \"prefill.targetLatencyMs\": 300}'; repeatable")
+                        "'pdfleet-tuned={\"seedCapacity\": true, \"prefill.targetLatencyMs\": 300}', or a planner "
+                        "variant with headroom: 'planner-h={\"prefillUtilization\": 0.4, \"decodeUtilization\": 0.8}'; "
+                        "repeatable")
     p.add_argument("--shared-prefixes", metavar="GROUPS:TOKENS:SHARE",
                    help="give SHARE of requests one of GROUPS shared prompt prefixes of TOKENS tokens")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     return p
+
+
+TUNABLE = ("pdfleet", "planner")  # the policies --tuned variants derive from
 
 
 def _key_values(items: list[str]) -> dict[str, str]:
@@ -58,9 +63,11 @@ def _tuned(items: list[str]) -> dict[str, dict[str, Any]]:
     variants = {}
     for item in items:
         name, sep, text = item.partition("=")
-        if not sep or not name.startswith("pdfleet"):
-            raise ValueError(f"--tuned wants pdfleet-NAME=JSON, got {item!r}")
+        if not sep or not name.startswith(TUNABLE):
+            raise ValueError(f"--tuned wants pdfleet-NAME=JSON or planner-NAME=JSON, got {item!r}")
         variants[name] = json.loads(text)
+        if name.startswith("planner"):
+            planner_options(variants[name])  # fail before any run
     return variants
 
 
@@ -95,7 +102,8 @@ def main(argv: list[str]) -> int:
               f"({stats['rate_rps']:.1f} req/s)", flush=True)
         rows, runs = [], []
         for name in policies:
-            run = run_policy("pdfleet" if name in tuned else name, fleet, workload.requests, tuned.get(name), name)
+            base = next((b for b in TUNABLE if name.startswith(b)), name) if name in tuned else name
+            run = run_policy(base, fleet, workload.requests, tuned.get(name), name)
             rows.append(summarize(run.result))
             runs.append(run)
             print(f"   {name}: simulated in {run.wall_s:.1f} s ({run.result.events} events)", flush=True)

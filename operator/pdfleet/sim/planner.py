@@ -9,6 +9,8 @@ observed ITL / profiled ITL; and sizes each pool from profiled per-replica throu
     decode  = ceil(requests * OSL / interval / decode_throughput(ITL target / decode_correction, ISL + OSL / 2))
 
 The profile is the same timing model the simulator runs (`pdfleet.sim.profile`), i.e. a perfect offline sweep.
+Dynamo sizes each pool at 100 % of its profiled throughput; `prefill_utilization` / `decode_utilization` below 1 give
+it headroom (a user derating the profile), to compare the planner with pdfleet at equal SLA attainment.
 """
 
 from __future__ import annotations
@@ -53,12 +55,14 @@ def corrections(fleet: FleetConfig, obs: PlannerObservation) -> PlannerCorrectio
 
 
 def plan_replicas(fleet: FleetConfig, obs: PlannerObservation, corr: PlannerCorrections, interval_s: float,
-                  max_replicas: int) -> dict[str, int]:
-    """Replicas per pool for the next interval (constant load prediction)."""
+                  max_replicas: int, utilization: tuple[float, float] = (1.0, 1.0)) -> dict[str, int]:
+    """Replicas per pool for the next interval (constant load prediction); `utilization` = (prefill, decode) share of
+    the profiled throughput a replica is sized for (Dynamo: 1.0 each)."""
     prompt_tps = obs.requests * obs.isl / interval_s * min(1.0, corr.prefill)
-    prefill = math.ceil(prompt_tps / prefill_throughput(fleet, obs.isl))
+    prefill = math.ceil(prompt_tps / (prefill_throughput(fleet, obs.isl) * utilization[0]))
     itl_target = fleet.tpot_ms / 1000.0 / max(corr.decode, 1e-6)
-    decode = math.ceil(obs.requests * obs.osl / interval_s / decode_capacity(fleet, itl_target, obs.isl + obs.osl / 2))
+    decode_tps = decode_capacity(fleet, itl_target, obs.isl + obs.osl / 2) * utilization[1]
+    decode = math.ceil(obs.requests * obs.osl / interval_s / decode_tps)
     return {"prefill": min(max_replicas, max(1, prefill)), "decode": min(max_replicas, max(1, decode))}
 
 
@@ -69,6 +73,8 @@ class PlannerPolicy:
     initial_replicas: dict[str, int]
     interval_s: float = DYNAMO_ADJUSTMENT_INTERVAL_S
     name: str = "planner"
+    prefill_utilization: float = 1.0
+    decode_utilization: float = 1.0
     history: list[tuple[float, PlannerCorrections]] = field(default_factory=list)
 
     def initial(self, fleet: FleetConfig) -> dict[str, int]:
@@ -85,4 +91,5 @@ class PlannerPolicy:
                                  window["decode_batch"])
         corr = corrections(view.fleet, obs)
         self.history.append((now, corr))
-        return plan_replicas(view.fleet, obs, corr, self.interval_s, view.fleet.max_replicas)
+        return plan_replicas(view.fleet, obs, corr, self.interval_s, view.fleet.max_replicas,
+                             (self.prefill_utilization, self.decode_utilization))

@@ -122,13 +122,27 @@ def hpa_queue_config(fleet: FleetConfig) -> FleetPolicyConfig:
     return replace(base, prefill=replace(base.prefill, **only_queue), decode=replace(base.decode, **only_queue))
 
 
+PLANNER_OPTIONS = {"prefillUtilization": "prefill_utilization", "decodeUtilization": "decode_utilization"}
+
+
+def planner_options(tuning: Mapping[str, Any]) -> dict[str, float]:
+    """PlannerPolicy fields from a planner variant's JSON: {"prefillUtilization": 0.4, "decodeUtilization": 0.8}."""
+    unknown = sorted(set(tuning) - set(PLANNER_OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown planner options {unknown}; known: {', '.join(PLANNER_OPTIONS)}")
+    options = {PLANNER_OPTIONS[key]: float(value) for key, value in tuning.items()}
+    if any(not 0.0 < value <= 1.0 for value in options.values()):
+        raise ValueError(f"planner utilizations must be in (0, 1], got {tuning}")
+    return options
+
+
 def build_policy(name: str, fleet: FleetConfig, trace: list[TraceRequest],
                  tuning: Mapping[str, Any] | None = None) -> tuple[ScalingPolicy, FleetConfig]:
     """The named policy and the fleet it runs on (colocated runs the fleet with disaggregation off).
 
-    `tuning` (only for "pdfleet*" names) is pdfleet_config's, plus "seedCapacity": true to set each pool's
+    `tuning` for "pdfleet*" names is pdfleet_config's, plus "seedCapacity": true to set each pool's
     capacityTokensPerSecond from the profile (profile.sla_capacity at the trace's mean lengths), as a user with a
-    profiling run would.
+    profiling run would; for "planner*" names, planner_options'.
     """
     sizes = static_sizes(fleet, trace)
     if name == "static-peak":
@@ -140,8 +154,8 @@ def build_policy(name: str, fleet: FleetConfig, trace: list[TraceRequest],
         return StaticPolicy(name, {COLOCATED_POOL: sum(sizes["peak"].values())}), colocated
     if name == "hpa-queue":
         return AutoscalerPolicy(name, hpa_queue_config(fleet), sizes["mean"]), fleet
-    if name == "planner":
-        return PlannerPolicy(sizes["mean"]), fleet
+    if name.startswith("planner"):
+        return PlannerPolicy(sizes["mean"], **planner_options(tuning or {})), fleet
     if name.startswith("pdfleet"):
         options = dict(tuning or {})
         if options.pop("seedCapacity", False):
