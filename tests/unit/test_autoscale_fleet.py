@@ -121,14 +121,16 @@ def _signals(pool: str, replicas: int, **values) -> PoolSignals:
 
 
 def test_decide_fleet_combines_pool_decisions_and_states():
-    config = fleet(gpu_budget=6)
+    config = fleet(gpu_budget=5)
     readings = {"prefill": _signals("prefill", 2, queue_total=16.0), "decode": _signals("decode", 2, itl_p=0.075)}
     result = decide_fleet(config, {"prefill": 2, "decode": 2}, readings, {}, NOW)
-    # prefill asks 4 (pressure 2.0), decode asks 3 (pressure 1.5): budget 6 is shared 3:3
-    assert result.replicas == {"prefill": 3, "decode": 3}
+    # prefill asks 3 (queue 8/replica, pressure 2.0), decode asks 3 (pressure 1.5): budget 5 is shared 3:2
+    assert result.replicas == {"prefill": 3, "decode": 2}
     assert result.states["prefill"].last_scale_at == NOW
-    assert result.states["decode"].last_scale_at == NOW
-    assert result.decisions["prefill"].reason.endswith("; GPU budget 6 trims prefill to 3")
+    assert result.states["decode"].last_scale_at is None
+    assert result.decisions["decode"].reason == (
+        "decode 2\u21922: ITL p90 75 ms > 50 ms; GPU budget 5 trims decode to 2"
+    )
 
 
 def test_decide_fleet_holds_a_pool_without_metrics():
@@ -136,6 +138,6 @@ def test_decide_fleet_holds_a_pool_without_metrics():
                 "decode": MetricsUnavailable("decode", NO_SAMPLES, "nothing scraped")}
     states = {"decode": PoolScalerState(last_scale_at=NOW - 60)}
     result = decide_fleet(fleet(), {"prefill": 2, "decode": 3}, readings, states, NOW)
-    assert result.replicas == {"prefill": 4, "decode": 3}
+    assert result.replicas == {"prefill": 3, "decode": 3}  # 16 waiting on 2: one breach adds at most 1.5x
     assert result.decisions["decode"].held
     assert result.states["decode"].last_scale_at == NOW - 60

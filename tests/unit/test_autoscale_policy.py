@@ -75,9 +75,9 @@ def test_a_latency_breach_is_capped_relative_to_the_measured_size():
     assert decision.reason == "prefill 4\u21926: TTFT p90 10000 ms > 500 ms (one breach adds at most to 6)"
 
 
-def test_the_latency_cap_follows_the_queue_and_capacity_view():
-    # 40 waiting call for 10 replicas, so the breach may ask for up to 1.5 x 10
-    decision, _ = decide(prefill_config(), 4, reading(ttft_p=10.0, queue_total=40.0, replicas_reporting=4))
+def test_the_breach_cap_follows_the_capacity_view():
+    # the capacity reading calls for 10 replicas, so the breach may ask for up to 1.5 x 10
+    decision, _ = decide(sized_config(), 4, reading(ttft_p=10.0, prompt_tps=10_000, replicas_reporting=4))
     assert (decision.desired, decision.driving_signal) == (15, "latency")
 
 
@@ -88,10 +88,23 @@ def test_a_latency_breach_does_not_compound_while_replicas_start():
     assert decision.desired == 9
 
 
-def test_queue_depth_alone_scales_to_total_over_target():
-    decision, _ = decide(prefill_config(), 2, reading(queue_total=20.0))
+def test_queue_depth_scales_to_total_over_target_within_the_breach_cap():
+    decision, _ = decide(prefill_config(), 4, reading(queue_total=20.0, replicas_reporting=4))
     assert (decision.desired, decision.driving_signal) == (5, "queue")  # 20 waiting / 4 per replica
-    assert "queue 10.0/replica > 4" in decision.reason
+    assert "queue 5.0/replica > 4" in decision.reason
+    # a queue grows with time while it is not drained, not with load: one breach adds at most 1.5x what reports
+    capped, _ = decide(prefill_config(), 2, reading(queue_total=20.0))
+    assert capped.desired == 3
+    assert capped.reason == "prefill 2\u21923: queue 10.0/replica > 4 (one breach adds at most to 3)"
+    hpa, _ = decide(prefill_config(plain_hpa=True), 2, reading(queue_total=20.0))
+    assert hpa.desired == 5  # the hpa-queue baseline keeps HPA's uncapped formula
+
+
+def test_a_queue_does_not_compound_while_replicas_start():
+    # a cold start under load: 1 of 3 decode replicas ready, 118 waiting behind its full batch
+    config = decode_config(capacity_tokens_per_s=1500)
+    decision, _ = decide(config, 3, reading("decode", queue_total=118.0, gen_tps=3000, replicas_reporting=1))
+    assert decision.desired == 3  # 1.5 x the capacity view's 2: nothing more until the others report
 
 
 def test_latency_below_target_never_shrinks_a_pool_on_its_own():
@@ -127,8 +140,9 @@ def test_within_tolerance_reason_says_so():
 
 
 def test_max_over_signals_picks_the_largest_recommendation():
-    decision, _ = decide(prefill_config(), 2, reading(ttft_p=0.7, queue_total=20.0))
-    assert (decision.desired, decision.driving_signal) == (5, "queue")  # latency alone says 3
+    decision, _ = decide(sized_config(), 2, reading(ttft_p=0.7, queue_total=20.0, prompt_tps=4_000))
+    # latency says 3, capacity 4, the queue 5 (within 1.5 x the capacity view's 4)
+    assert (decision.desired, decision.driving_signal) == (5, "queue")
     assert decision.pressure == pytest.approx(2.5)
 
 
@@ -195,17 +209,17 @@ def test_fresh_state_starts_the_scale_down_window_at_first_sight():
 
 
 def test_scale_up_stabilization_keeps_the_min_of_the_window():
-    config = prefill_config(scale_up_stabilization_s=60)
+    config = sized_config(scale_up_stabilization_s=60)
     state = PoolScalerState(recommendations=(Recommendation(NOW - 30, 2),))
-    decision, state = decide(config, 2, reading(queue_total=24.0), state)
+    decision, state = decide(config, 2, reading(prompt_tps=6_000), state)
     assert decision.desired == 2
     assert "scale-up stabilization holds 2 (min over 60 s)" in decision.reason
-    later, _ = decide(config, 2, reading(queue_total=24.0), state, now=NOW + 45)
+    later, _ = decide(config, 2, reading(prompt_tps=6_000), state, now=NOW + 45)
     assert later.desired == 6
 
 
 def test_step_limits_bound_each_interval():
-    up, _ = decide(prefill_config(max_scale_up_step=2), 2, reading(queue_total=32.0))
+    up, _ = decide(sized_config(max_scale_up_step=2), 2, reading(prompt_tps=8_000))
     assert up.desired == 4
     assert "maxScaleUpStep 2 limits to 4" in up.reason
     idle = reading(prompt_tps=500, replicas_reporting=5)
@@ -216,7 +230,7 @@ def test_step_limits_bound_each_interval():
 
 
 def test_bounds_clamp_recommendations_and_manual_edits():
-    high, _ = decide(prefill_config(max_replicas=8), 4, reading(queue_total=80.0, replicas_reporting=4))
+    high, _ = decide(sized_config(max_replicas=8), 4, reading(prompt_tps=20_000, replicas_reporting=4))
     assert high.desired == 8
     assert "clamped to maxReplicas 8" in high.reason
     # a manual edit to 12 (above max) is brought back to max at once, whatever the down step

@@ -58,7 +58,7 @@ def test_every_named_policy_builds() -> None:
         build_policy("magic", FLEET, trace)
 
 
-def test_static_sizes_follow_peak_and_mean_demand() -> None:
+def test_static_sizes_follow_peak_mean_and_first_minute_demand() -> None:
     # 60 s at 1 req/s, then 60 s at 10 req/s, all 1000-token prompts and 100-token answers
     trace = [TraceRequest(i * 1.0, 1000, 100) for i in range(60)] + [TraceRequest(60 + i * 0.1, 1000, 100)
                                                                     for i in range(600)]
@@ -67,6 +67,7 @@ def test_static_sizes_follow_peak_and_mean_demand() -> None:
     assert sizes["peak"]["prefill"] == math.ceil(10_000 / capacity["prefill"])
     assert sizes["mean"]["prefill"] == math.ceil(660 * 1000 / trace[-1].arrival / capacity["prefill"])
     assert sizes["peak"]["prefill"] >= sizes["mean"]["prefill"]
+    assert sizes["first"]["prefill"] == math.ceil(1000 / capacity["prefill"])  # where the autoscalers start
 
 
 def test_profile_is_monotone() -> None:

@@ -50,6 +50,8 @@ def test_verdict_compares_the_families_where_the_points_do_not_dominate() -> Non
     assert "does NOT dominate" in lines[1]
     assert lines[2] == "  at equal SLA: the cheapest planner run reaching 99.30% is planner-h40 with 51.0 GPU-h vs 47.0"
     assert lines[3] == "  at equal cost: pdfleet-budget28 dominates planner (SLA 51.00%, GPU-h 26.0)"
+    unreached = target_verdict([_row("pdfleet", 0.95, 13), _row("planner", 0.21, 3), _row("planner-h40", 0.48, 5)])
+    assert unreached[-1] == "  at equal SLA: no planner run reaches 95.00% (best: planner-h40, 48.00% at 5.0 GPU-h)"
 
 
 def test_simulate_command_writes_summary_and_plots(tmp_path: Path) -> None:

@@ -1,8 +1,8 @@
 """Pure per-pool scaling policy: HPA formula per signal, max over signals, stabilization, step limits, bounds.
 
-Latency and queue are saturation signals, not proportional to load: they only scale up (a latency breach capped
-relative to the queue/capacity view); only the capacity signal (token demand vs per-replica capacity, configured or
-learned while saturated) shrinks a pool. docs/autoscaling.md says why (fleet simulator runs).
+Latency and queue are saturation signals, not proportional to load: they only scale up, a breach capped relative to
+the capacity view; only the capacity signal (token demand vs per-replica capacity, configured, learned while saturated
+or the timing model's prior) shrinks a pool. docs/autoscaling.md says why (fleet simulator runs).
 
 No clocks and no I/O: the caller passes `now`, the pool's reading and the previous PoolScalerState, and gets a
 Decision and the next state. The fleet-wide step (GPU budget, P:D ratio) is in `pdfleet.autoscale.fleet`.
@@ -22,8 +22,8 @@ CAPACITY_LEARN_WEIGHT = 0.3  # EWMA weight of a new capacity sample
 # Share of a saturated replica's throughput that the learned capacity keeps: a replica serving at its saturated rate
 # queues, and bursty arrivals need headroom to keep the latency tail inside the target.
 LEARNED_CAPACITY_UTILIZATION = 0.5
-# Most one latency breach may ask for, as a multiple of the pool's measured size (the larger of the replicas reporting
-# and the queue/capacity recommendations): once a queue forms latency grows without bound, so ceil(n x ratio) alone
+# Most one latency or queue breach may ask for, as a multiple of the pool's measured size (the larger of the replicas
+# reporting and the capacity recommendation): once a queue forms both grow without bound, so ceil(n x ratio) alone
 # would jump to maxReplicas.
 LATENCY_BREACH_MAX_GROWTH = 1.5
 _EPS = 1e-9  # float slack so ceil(3.0000000001) stays 3
@@ -140,18 +140,26 @@ def _latency_ratio(config: PoolPolicyConfig, s: PoolSignals) -> float | None:
 
 
 def _latency_estimate(
-    config: PoolPolicyConfig, s: PoolSignals, current: int, percentile: float, sized: int
+    config: PoolPolicyConfig, s: PoolSignals, current: int, percentile: float
 ) -> SignalEstimate | None:
-    """HPA formula on latency, scale-up only; a breach asks for at most LATENCY_BREACH_MAX_GROWTH x the larger of
-    the replicas reporting and `sized` (what the queue and capacity readings call for)."""
+    """HPA formula on latency, scale-up only."""
     ratio = _latency_ratio(config, s)
     if ratio is None:
         return None
     label = "TTFT" if config.pool == "prefill" else "ITL"
     text = f"{label} p{percentile:g} {ratio * config.target_latency_ms:.0f} ms {{cmp}} {config.target_latency_ms:g} ms"
-    estimate = _scale_up_only(_estimate("latency", ratio, s.replicas_reporting, current, config.tolerance, text),
-                              ratio, current, config)
-    if not estimate.recommends or estimate.ratio < 1.0:
+    return _scale_up_only(_estimate("latency", ratio, s.replicas_reporting, current, config.tolerance, text),
+                          ratio, current, config)
+
+
+def _cap_breach(
+    config: PoolPolicyConfig, estimate: SignalEstimate | None, s: PoolSignals, current: int, sized: int
+) -> SignalEstimate | None:
+    """A latency or queue breach asks for at most LATENCY_BREACH_MAX_GROWTH x the larger of the replicas reporting
+    and `sized` (what the capacity reading calls for). Once work queues, both grow with time rather than with load,
+    and more so while new replicas start: uncapped, a cold start under load asked for +4 replicas every interval
+    until maxReplicas (simulator, conv x8 from its first minute's size). HPA mode keeps HPA's uncapped formula."""
+    if estimate is None or config.plain_hpa or not estimate.recommends or estimate.ratio < 1.0:
         return estimate
     cap = max(current, _ceil(max(s.replicas_reporting, sized) * LATENCY_BREACH_MAX_GROWTH))
     if estimate.replicas > cap:
@@ -319,16 +327,10 @@ def decide_pool(
         learned = learn_capacity(config, reading, current, learned)
         capacity = learned or prior_capacity(config, reading)
     values = signal_values(reading, percentile, capacity)
-    sizing = [
-        e
-        for e in (
-            _queue_estimate(config, reading, current),
-            _capacity_estimate(config, reading, current, capacity, window_s),
-        )
-        if e is not None
-    ]
-    latency = _latency_estimate(config, reading, current, percentile, max((e.need for e in sizing), default=0))
-    estimates = ([latency] if latency else []) + sizing
+    sized = _capacity_estimate(config, reading, current, capacity, window_s)
+    breaches = (_latency_estimate(config, reading, current, percentile), _queue_estimate(config, reading, current))
+    capped = [_cap_breach(config, e, reading, current, sized.need if sized else 0) for e in breaches]
+    estimates = [e for e in (*capped, sized) if e is not None]
     if not estimates:
         decision = _hold_decision(config, current, "holding, no usable signal in the reading", values)
         return decision, replace(state, learned_capacity_tps=learned)

@@ -43,6 +43,9 @@ class FleetConfig:
     prefix_block_tokens: int = 64
     prefix_cache_fraction: float = 0.1  # share of a prefill instance's KV capacity kept as prefix cache
     startup_s: float = 120.0  # pod start + model load before a new replica is Ready
+    # where the scaling policies start: "mean" (static-mean's size) or "first" (sized for the trace's first minute, a
+    # cold start when the load then ramps)
+    scaler_start: str = "mean"
     ttft_ms: float = 500.0
     tpot_ms: float = 50.0
     percentile: float = 90.0
@@ -90,6 +93,8 @@ class FleetConfig:
             raise ValueError("a rack must hold at least one replica")
         if self.locality not in ("required", "preferred", "any"):
             raise ValueError(f"unknown locality {self.locality!r}")
+        if self.scaler_start not in ("mean", "first"):
+            raise ValueError(f"scaler_start must be mean or first, not {self.scaler_start!r}")
 
 
 def fleet_from_options(options: dict[str, Any]) -> FleetConfig:

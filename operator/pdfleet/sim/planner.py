@@ -78,7 +78,7 @@ class PlannerPolicy:
     history: list[tuple[float, PlannerCorrections]] = field(default_factory=list)
 
     def initial(self, fleet: FleetConfig) -> dict[str, int]:
-        """Start where the static-mean baseline starts."""
+        """Start where the autoscalers start (`FleetConfig.scaler_start`)."""
         return dict(self.initial_replicas)
 
     def decide(self, now: float, view: FleetView) -> dict[str, int]:

@@ -153,13 +153,13 @@ def build_policy(name: str, fleet: FleetConfig, trace: list[TraceRequest],
         colocated = replace(fleet, disaggregated=False)
         return StaticPolicy(name, {COLOCATED_POOL: sum(sizes["peak"].values())}), colocated
     if name == "hpa-queue":
-        return AutoscalerPolicy(name, hpa_queue_config(fleet), sizes["mean"]), fleet
+        return AutoscalerPolicy(name, hpa_queue_config(fleet), sizes[fleet.scaler_start]), fleet
     if name.startswith("planner"):
-        return PlannerPolicy(sizes["mean"], **planner_options(tuning or {})), fleet
+        return PlannerPolicy(sizes[fleet.scaler_start], **planner_options(tuning or {})), fleet
     if name.startswith("pdfleet"):
         options = dict(tuning or {})
         if options.pop("seedCapacity", False):
             profiled = sla_capacity(fleet, *mean_lengths(trace))
             options = {**{f"{pool}.capacityTokensPerSecond": profiled[pool] for pool in PD_POOLS}, **options}
-        return AutoscalerPolicy(name, pdfleet_config(fleet, options), sizes["mean"]), fleet
+        return AutoscalerPolicy(name, pdfleet_config(fleet, options), sizes[fleet.scaler_start]), fleet
     raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")

@@ -70,7 +70,8 @@ def sla_capacity(fleet: FleetConfig, isl: float, osl: float) -> dict[str, float]
 
 
 def static_sizes(fleet: FleetConfig, trace: list[TraceRequest]) -> dict[str, dict[str, int]]:
-    """{"peak": replicas, "mean": replicas}: static provisioning for the busiest minute and for the average load."""
+    """{"peak", "mean", "first": replicas}: provisioning for the busiest minute, the average load and the first minute
+    (where a scaler that had been running before the trace began would stand)."""
     isl, osl = mean_lengths(trace)
     capacity = sla_capacity(fleet, isl, osl)
 
@@ -78,10 +79,8 @@ def static_sizes(fleet: FleetConfig, trace: list[TraceRequest]) -> dict[str, dic
         return {"prefill": max(1, math.ceil(prompt_tps / capacity["prefill"])),
                 "decode": max(1, math.ceil(gen_tps / capacity["decode"]))}
 
-    peak = {"prefill": 1, "decode": 1}
-    for _, prompt_tps, gen_tps in demand_series(trace):
-        minute = need(prompt_tps, gen_tps)
-        peak = {pool: max(count, minute[pool]) for pool, count in peak.items()}
+    minutes = [need(prompt_tps, gen_tps) for _, prompt_tps, gen_tps in demand_series(trace)] or [need(0.0, 0.0)]
+    peak = {pool: max(minute[pool] for minute in minutes) for pool in ("prefill", "decode")}
     duration = max(trace[-1].arrival, 1.0) if trace else 1.0
     mean = need(len(trace) * isl / duration, len(trace) * osl / duration)
-    return {"peak": peak, "mean": mean}
+    return {"peak": peak, "mean": mean, "first": minutes[0]}

@@ -152,11 +152,16 @@ def target_verdict(rows: list[PolicySummary], policy: str = "pdfleet") -> list[s
                      f"{'better on one axis, not worse on the other' if dominates else 'does NOT dominate'}")
         if dominates:
             continue
-        reaching = [r for r in _family(rows, other) if r.sla_attainment >= ours.sla_attainment]
+        family = _family(rows, other)
+        reaching = [r for r in family if r.sla_attainment >= ours.sla_attainment]
         if reaching:
             cheapest = min(reaching, key=lambda r: r.gpu_hours)
             lines.append(f"  at equal SLA: the cheapest {other} run reaching {ours.sla_attainment:.2%} is "
                          f"{cheapest.policy} with {cheapest.gpu_hours:.1f} GPU-h vs {ours.gpu_hours:.1f}")
+        elif len(family) > 1:
+            best = max(family, key=lambda r: r.sla_attainment)
+            lines.append(f"  at equal SLA: no {other} run reaches {ours.sla_attainment:.2%} (best: {best.policy}, "
+                         f"{best.sla_attainment:.2%} at {best.gpu_hours:.1f} GPU-h)")
         beaten = [r for r in _family(rows, policy) if _dominates(r, theirs)]
         if beaten:
             best = max(beaten, key=lambda r: r.sla_attainment)
