@@ -3,7 +3,7 @@ spec replicas -> reconcile -> StatefulSets -> pods run by the local pod runner -
 
 from __future__ import annotations
 
-
+import httpx
 import pytest
 from e2e_support import BackgroundLoad, Phase, ReplicaLog, e2e_pdd, failures, phased_trace
 
@@ -25,6 +25,16 @@ def test_burst_scales_prefill_up_then_down_without_a_failed_request(fleet: Local
     assert replicas.peak("decode") == 2, f"decode is not autoscaled and must stay at 2: {replicas}"
     assert failures(results) == [], f"{len(failures(results))} of {len(results)} requests failed"
     fleet.wait_serving(namespace, "burst")
+    # the local kubelet refreshes ConfigMap files once a minute, as a real one does: the router runs the operator's
+    # latest fleet view because the operator pushed it
+    latest = fleet.get(namespace, "burst")["status"]["fleetView"]["revision"]
+    assert latest > 2, "scale-up and scale-down each changed the fleet view"
+    fleet.wait_for(lambda: router_fleet_revision(fleet, namespace, "burst") == latest, 5, "the pushed fleet view")
+
+
+def router_fleet_revision(fleet: LocalFleet, namespace: str, name: str) -> int:
+    reply = httpx.get(fleet.router_admin_url(namespace, name) + "/admin/fleet", timeout=5.0, trust_env=False)
+    return reply.json()["revision"]
 
 
 @pytest.mark.timeout(180)

@@ -275,6 +275,16 @@ async def test_fleet_change_keeps_inflight_streams(router: Router, fleet: dict[s
         resp = httpx.put(router.admin + "/admin/fleet", json=full_view(fleet, generation=3))
         assert resp.status_code == 200 and httpx.get(router.admin + "/admin/fleet").json()["generation"] == 3
         assert httpx.put(router.admin + "/admin/fleet", content=b"{bad").status_code == 400
+        # a pushed view is not replaced by an older one, pushed or from the file the kubelet syncs later
+        assert httpx.put(router.admin + "/admin/fleet", json={**full_view(fleet, generation=3), "revision": 5}
+                         ).status_code == 200
+        stale = httpx.put(router.admin + "/admin/fleet", json={**full_view(fleet, generation=3), "revision": 4})
+        assert stale.status_code == 409 and "older" in stale.json()["error"]["message"]
+        reloads = router.metrics()["pdfleet_router_fleet_reloads_total"]
+        router.write_fleet({**full_view(fleet, generation=3), "revision": 4})
+        time.sleep(1.5)  # the file watcher polls every second
+        assert httpx.get(router.admin + "/admin/fleet").json()["revision"] == 5
+        assert router.metrics()["pdfleet_router_fleet_reloads_total"] == reloads
     finally:
         for d in ("d-a", "d-b"):
             set_faults(fleet[d], slowdown=1.0)

@@ -110,6 +110,26 @@ def test_ready_pods_become_router_endpoints_with_draining_flags():
     assert result.status["prefill"]["summary"] == "2/2"
 
 
+def test_fleet_view_revision_rises_with_its_content_only():
+    first = plan(pdd())
+    assert first.status["fleetView"]["revision"] == 1
+    assert first.router_view is not None and first.router_view.view["revision"] == 1
+    assert first.router_view.admin_port == 8081
+    running = as_running(first.applies)
+    same = plan(pdd(status=first.status), children=running)
+    assert same.status["fleetView"] == first.status["fleetView"] and same.applies == ()
+    status = {**first.status, "drain": {"pool": "decode", "targetReplicas": 1, "endpoints": ["x-0"], "startedAt": NOW}}
+    pods = [ready_pod("x-0", "decode", "rack-a", "x", "127.1.0.9")]
+    drained = plan(pdd(status=status), children=running, pods=pods)
+    configmap = next(o for o in drained.applies if o["kind"] == "ConfigMap")
+    assert json.loads(configmap["data"]["fleet.json"])["revision"] == 2 == drained.status["fleetView"]["revision"]
+    assert drained.router_view.view["endpoints"][0]["draining"] is True
+    bad = pdd(status=drained.status)
+    bad["spec"]["prefill"]["replicas"] = -1
+    rejected = plan(bad, children=as_running(drained.applies), pods=pods)
+    assert rejected.router_view is None and rejected.status["fleetView"] == drained.status["fleetView"]
+
+
 def test_removed_rack_deletes_its_cells_after_a_valid_plan():
     first = plan(pdd())
     only_a = [n for n in NODES if n["metadata"]["labels"]["topology.pdfleet.dev/rack"] == "rack-a"]

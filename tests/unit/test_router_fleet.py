@@ -66,3 +66,14 @@ def test_load_rejects_bad_json() -> None:
     with pytest.raises(FleetViewError, match="not valid JSON"):
         load_fleet_view(b"{nope")
     assert load_fleet_view(json.dumps(VIEW).encode()).generation == 7
+
+
+def test_views_are_ordered_by_generation_then_revision() -> None:
+    def at(generation: int, revision: int):
+        return parse_fleet_view({**VIEW, "generation": generation, "revision": revision})
+
+    assert at(7, 4).older_than(at(7, 5)) and not at(7, 5).older_than(at(7, 5))
+    assert at(6, 9).older_than(at(7, 1))  # a PDDeployment whose revision count was lost recovers at its next change
+    assert not at(7, 1).older_than(None)
+    assert not at(7, 0).older_than(at(7, 5)) and not at(7, 4).older_than(at(7, 0))  # hand-written views: no order
+    assert fleet_view_to_dict(at(7, 4))["revision"] == 4

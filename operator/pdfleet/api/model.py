@@ -457,6 +457,13 @@ class DrainStatus(StatusModel):
     started_at: str = Field(description="RFC 3339 time the drain started.")
 
 
+class FleetViewStatus(StatusModel):
+    """The router fleet view last rendered: routers take views by revision, file or push alike."""
+
+    revision: int = Field(description="Raised by one each time the view's content changes.")
+    hash: str = Field(description="Content hash of the view at this revision.")
+
+
 class PDDeploymentStatus(StatusModel):
     """Observed state of a PDDeployment."""
 
@@ -467,6 +474,7 @@ class PDDeploymentStatus(StatusModel):
     conditions: list[Condition] = Field(default_factory=list, description="Ready, Degraded, Progressing, ...")
     autoscaler: AutoscalerStatus | None = Field(default=None, description="Autoscaler decisions.")
     drain: DrainStatus | None = Field(default=None, description="Scale-down drain in progress.")
+    fleet_view: FleetViewStatus | None = Field(default=None, description="Router fleet view revision.")
 
 
 # --- parsing -----------------------------------------------------------------------------------------------------

@@ -8,10 +8,8 @@ cells from it), write `status.autoscaler` / `status.drain`, post Events and expo
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-import urllib.request
 from typing import Any, Mapping
 
 import kopf
@@ -25,7 +23,7 @@ from pdfleet.autoscale.step import AutoscaleStep, plan_autoscale
 from pdfleet.reconcile.handlers import body_snapshot, post_events
 from pdfleet.reconcile.kube import KubeClient
 from pdfleet.reconcile.observed import PodState
-from pdfleet.render.meta import ROUTER_COMPONENT
+from pdfleet.reconcile.router_admin import endpoint_views, router_admin_urls
 from pdfleet.topology.inventory import node_info
 
 log = logging.getLogger("pdfleet.autoscaler")
@@ -41,24 +39,6 @@ METRICS_AVAILABLE = Gauge("pdfleet_autoscaler_metrics_available", "1 when every 
 DRAINING = Gauge("pdfleet_autoscaler_drain_in_progress", "1 while a pool drains before a scale-down", LABELS)
 
 DRAIN_POLL_SECONDS = 2.0  # while draining, look at the routers more often than the interval
-ROUTER_TIMEOUT_SECONDS = 2.0
-
-
-def router_views(pods: list[PodState], admin_port: int) -> list[list[dict] | None]:
-    """Each Ready router replica's /admin/endpoints list; None for a router that did not answer."""
-    views: list[list[dict] | None] = []
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    for pod in pods:
-        if pod.component != ROUTER_COMPONENT or not pod.ready or not pod.ip or pod.terminating:
-            continue
-        try:
-            with opener.open(f"http://{pod.ip}:{admin_port}/admin/endpoints", timeout=ROUTER_TIMEOUT_SECONDS) as r:
-                views.append(json.loads(r.read())["endpoints"])
-        except (OSError, ValueError, KeyError):
-            views.append(None)
-    return views
-
-
 def export(namespace: str, name: str, step: AutoscaleStep) -> None:
     for pool, chosen in step.decision.decisions.items():
         labels = (namespace, name, pool)
@@ -81,7 +61,7 @@ def run_interval(kube: KubeClient, source: PrometheusSignalSource, body: Mapping
     now = time.time()
     readings = source.fetch(spec.engine.kind, namespace, name, spec.autoscaler.window_seconds,
                             spec.sla.percentile, at=now)
-    views = router_views(pods, spec.router.admin_port) if status.get("drain") else []
+    views = endpoint_views(router_admin_urls(pods, spec.router.admin_port, ready_only=True).values()) if status.get("drain") else []
     step = plan_autoscale(spec=spec, pdd_name=name, status=status, nodes=[node_info(n, spec.topology) for n in nodes],
                           readings=readings, states=states, router_views=views, now=now)
     if step.replicas:

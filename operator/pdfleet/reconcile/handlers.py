@@ -21,9 +21,10 @@ from prometheus_client import Counter, Histogram
 
 from pdfleet import API_GROUP, API_VERSION, PLURAL
 from pdfleet.reconcile.kube import KubeClient, load_api_client
-from pdfleet.reconcile.observed import child_state, node_summary, pod_state
+from pdfleet.reconcile.observed import PodState, child_state, node_summary, pod_state
+from pdfleet.reconcile.plan import Event, ReconcilePlan, RouterView, plan_reconcile, status_patch
+from pdfleet.reconcile.router_admin import push_fleet_view, router_admin_urls
 from pdfleet.render.meta import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY
-from pdfleet.reconcile.plan import Event, ReconcilePlan, plan_reconcile, status_patch
 
 log = logging.getLogger("pdfleet.operator")
 
@@ -33,12 +34,18 @@ RECONCILE_SECONDS = Histogram("pdfleet_operator_reconcile_duration_seconds", "Wa
 RECONCILE_WRITES = Counter("pdfleet_operator_reconcile_writes_total",
                            "API writes made by reconciles (applies, deletes, status patches)", ["namespace", "pdd"])
 EVENTS = Counter("pdfleet_operator_events_total", "Kubernetes Events posted by the operator", ["type", "reason"])
+FLEET_PUSHES = Counter("pdfleet_operator_fleet_view_pushes_total",
+                       "Fleet views PUT to router replicas (failed: the router reads the ConfigMap file later)",
+                       ["result"])
 
 MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
 RESYNC_SECONDS = float(os.environ.get("PDFLEET_RESYNC_SECONDS", "30"))
 DEBOUNCE_SECONDS = 0.2  # batch the burst of pod/child events one scale-up causes
+PUSH_RETRY_SECONDS = 2.0  # a router that did not take its fleet view (still starting) is tried again this soon
 
 _wakeups: dict[tuple[str, str], asyncio.Event] = {}
+# Per PDDeployment: the fleet-view revision last pushed and the router pods that hold it.
+_router_pushes: dict[tuple[str, str], tuple[int, frozenset[str]]] = {}
 # The last body each reconcile saw, for the fleet-state metrics collector (pdfleet.observability.fleet_metrics).
 FLEETS: dict[tuple[str, str], dict[str, Any]] = {}
 
@@ -140,6 +147,7 @@ def pddeployment_deleted(namespace: str, name: str, **_: Any) -> None:
     # Children carry owner references: the garbage collector removes them; nothing to do but forget the loop.
     _wakeups.pop((namespace, name), None)
     FLEETS.pop((namespace, name), None)
+    _router_pushes.pop((namespace, name), None)
 
 
 # --- the reconcile loop ----------------------------------------------------------------------------------------
@@ -181,6 +189,29 @@ def execute_plan(kube: KubeClient, body: dict, plan: ReconcilePlan) -> int:
     return writes
 
 
+def push_to_routers(key: tuple[str, str], router_view: RouterView, pods: list[PodState]) -> bool:
+    """PUT the fleet view to each running router that has not taken this revision yet: after a change, and to a
+    router that started or missed a push since (its file may be a sync period old). Returns False when a router did
+    not take it (not listening yet, or unreachable): the caller retries soon; the ConfigMap file reaches it anyway."""
+    revision = router_view.view["revision"]
+    pushed_revision, taken = _router_pushes.get(key, (0, frozenset()))
+    if pushed_revision != revision:
+        taken = frozenset()
+    routers = {name: url for name, url in router_admin_urls(pods, router_view.admin_port, ready_only=False).items()
+               if name not in taken}
+    if not routers:
+        return True
+    newly, failures = push_fleet_view(routers, router_view.view)
+    _router_pushes[key] = (revision, taken | frozenset(newly))
+    ready = {pod.name for pod in pods if pod.ready}
+    for failure in failures:  # a starting router is not listening yet; a Ready one should be
+        level = logging.WARNING if failure.split(":", 1)[0] in ready else logging.DEBUG
+        log.log(level, "fleet view revision %d not pushed to router %s", revision, failure)
+    FLEET_PUSHES.labels("ok").inc(len(newly))
+    FLEET_PUSHES.labels("failed").inc(len(failures))
+    return not failures
+
+
 @kopf.daemon(API_GROUP, API_VERSION, PLURAL, cancellation_timeout=10)
 async def reconcile_daemon(namespace: str, name: str, body: kopf.Body, stopped: kopf.DaemonStopped,
                            memo: kopf.Memo, **kwargs: Any) -> None:
@@ -214,6 +245,9 @@ async def reconcile_daemon(namespace: str, name: str, body: kopf.Body, stopped: 
             )
             writes = await asyncio.to_thread(execute_plan, memo.kube, snapshot, plan)
             RECONCILE_WRITES.labels(namespace, name).inc(writes)
+            if plan.router_view is not None and not await asyncio.to_thread(
+                    push_to_routers, key, plan.router_view, _snapshot(kwargs["pod_index"], key)):
+                next_resync = time.monotonic() + PUSH_RETRY_SECONDS
             post_events(body, plan.events)
             RECONCILES.labels("ok").inc()
         except Exception as exc:  # noqa: BLE001 - a failed reconcile is retried on the next wake or resync

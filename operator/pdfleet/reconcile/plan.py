@@ -16,7 +16,7 @@ from pdfleet.reconcile.kube import APPLIED_HASH_ANNOTATION, with_applied_hash
 from pdfleet.reconcile.observed import ChildState, PodState
 from pdfleet.render.fleet import render_fleet
 from pdfleet.render.meta import Owner
-from pdfleet.render.router import Endpoint, render_fleet_view, render_router_configmap
+from pdfleet.render.router import Endpoint, fleet_view_revision, render_fleet_view, render_router_configmap
 from pdfleet.topology.inventory import node_info
 from pdfleet.topology.placement import Placement, PlacementError, plan_placement
 
@@ -33,11 +33,20 @@ class Event:
 
 
 @dataclass(frozen=True)
+class RouterView:
+    """The fleet view of the router ConfigMap, to PUT to each Ready router's admin port ahead of the kubelet's sync."""
+
+    view: dict[str, Any]
+    admin_port: int
+
+
+@dataclass(frozen=True)
 class ReconcilePlan:
     applies: tuple[dict, ...] = ()
     deletes: tuple[tuple[str, str], ...] = ()  # (kind, name)
     status: dict[str, Any] = field(default_factory=dict)
     events: tuple[Event, ...] = ()
+    router_view: RouterView | None = None  # what every Ready router should run (None while the spec is bad)
 
 
 def _condition(type_: str, ok: bool, reason: str, message: str) -> dict[str, str]:
@@ -139,9 +148,14 @@ def plan_reconcile(
 
     applies: list[dict] = []
     deletes: list[tuple[str, str]] = []
+    router_view: RouterView | None = None
+    fleet_record = old_status.get("fleetView")
     if spec is not None and placement is not None:
         draining = set((old_status.get("drain") or {}).get("endpoints") or [])
         view = render_fleet_view(spec, generation, fleet_endpoints(spec, pods, draining))
+        fleet_record = fleet_view_revision(view, old_status.get("fleetView"))
+        view = {**view, "revision": fleet_record["revision"]}
+        router_view = RouterView(view, spec.router.admin_port)
         desired = render_fleet(owner, spec, placement, pdb_api_version=pdb_api_version,
                                operator_image=operator_image) + [render_router_configmap(owner, view)]
         running = {(c.kind, c.name): c.applied_hash for c in children}
@@ -185,7 +199,10 @@ def plan_reconcile(
         for c in changed if old_status.get("conditions") is not None or (c["type"], c["status"]) in warn_on
     )
     status = {**old_status, "observedGeneration": generation, **pools, "cells": cells, "conditions": merged}
-    return ReconcilePlan(applies=tuple(applies), deletes=tuple(deletes), status=status, events=events)
+    if fleet_record:
+        status["fleetView"] = fleet_record
+    return ReconcilePlan(applies=tuple(applies), deletes=tuple(deletes), status=status, events=events,
+                         router_view=router_view)
 
 
 def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 from collections.abc import Iterable, Mapping
@@ -70,6 +71,17 @@ def render_fleet_view(spec: PDDeploymentSpec, generation: int, endpoints: Iterab
         "policy": spec.router.policy.model_dump(by_alias=True, mode="json"),
         "endpoints": [asdict(ep) for ep in sorted(endpoints, key=lambda ep: (ep.pool, ep.name))],
     }
+
+
+def fleet_view_revision(fleet_view: Mapping[str, Any], previous: Mapping[str, Any] | None) -> dict[str, Any]:
+    """status.fleetView for a view rendered without its revision: {"revision", "hash"}, the revision raised by one
+    when the content differs from the previous record's. Routers take views by revision, so one pushed to them
+    is not replaced by the older ConfigMap file the kubelet syncs later."""
+    digest = hashlib.sha256(fleet_view_json(fleet_view).encode()).hexdigest()[:16]
+    revision = int((previous or {}).get("revision") or 0)
+    if (previous or {}).get("hash") != digest:
+        revision += 1
+    return {"revision": revision, "hash": digest}
 
 
 def fleet_view_json(fleet_view: Mapping[str, Any]) -> str:

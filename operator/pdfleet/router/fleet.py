@@ -52,6 +52,15 @@ class FleetView:
     model: str
     policy: RoutingPolicy
     endpoints: tuple[EndpointSpec, ...]
+    revision: int = 0  # the operator's content revision; 0: unordered (a hand-written view)
+
+    def older_than(self, other: FleetView | None) -> bool:
+        """A view that must not replace `other`: both revised by the operator and this one older by (generation,
+        revision). The generation first, so a PDDeployment whose status (and revision count) was lost recovers at
+        its next spec change."""
+        if other is None or not self.revision or not other.revision:
+            return False
+        return (self.generation, self.revision) < (other.generation, other.revision)
 
     def pool(self, pool: str) -> tuple[EndpointSpec, ...]:
         """Endpoints of one pool, in view order."""
@@ -150,6 +159,7 @@ def parse_fleet_view(raw: Mapping[str, Any]) -> FleetView:
         model=str(raw.get("model") or ""),
         policy=parse_policy(raw.get("policy")),
         endpoints=endpoints,
+        revision=_typed(raw.get("revision", 0), int, "revision"),
     )
 
 
@@ -167,6 +177,7 @@ def fleet_view_to_dict(view: FleetView) -> dict[str, Any]:
     return {
         "version": view.version,
         "generation": view.generation,
+        "revision": view.revision,
         "model": view.model,
         "policy": {wire: getattr(view.policy, attr) for wire, (attr, _) in _POLICY_FIELDS.items()},
         "endpoints": [

@@ -48,13 +48,19 @@ class RouterService:
         self._stop = asyncio.Event()
         self._fleet_bytes: bytes | None = None
 
-    def apply_view(self, view: FleetView) -> None:
-        """Switch the fleet view; in-flight requests keep their endpoints."""
+    def apply_view(self, view: FleetView) -> bool:
+        """Switch the fleet view, unless it is older than the one in use (a pushed view is newer than the mounted
+        file until the kubelet syncs it); in-flight requests keep their endpoints. True if applied."""
+        if view.older_than(self.registry.view):
+            log.info("ignoring fleet view revision %d: revision %d is in use", view.revision,
+                     self.registry.view.revision if self.registry.view else 0)
+            return False
         self.registry.apply(view)
         self.metrics.fleet_generation = view.generation
         self.metrics.fleet_reloads += 1
-        log.info("fleet view generation %d applied: %d prefill, %d decode", view.generation,
-                 len(self.registry.prefills), len(self.registry.decodes))
+        log.info("fleet view generation %d revision %d applied: %d prefill, %d decode", view.generation,
+                 view.revision, len(self.registry.prefills), len(self.registry.decodes))
+        return True
 
     def reload_fleet_file(self) -> bool:
         """Re-read the fleet file; apply it if its content changed and parses. True if a new view was applied."""
@@ -73,8 +79,7 @@ class RouterService:
         except FleetViewError as exc:
             log.error("ignoring fleet file %s: %s", path, exc)
             return False
-        self.apply_view(view)
-        return True
+        return self.apply_view(view)
 
     async def start(self) -> None:
         """Load the fleet file if present, then listen and start background loops."""
@@ -144,7 +149,10 @@ class AdminApp:
             except FleetViewError as exc:
                 conn.respond(400, error_body(400, str(exc)))
                 return
-            self.service.apply_view(view)
-            conn.respond(200, json.dumps({"generation": view.generation}).encode())
+            if not self.service.apply_view(view):
+                current = registry.view.revision if registry.view else 0
+                conn.respond(409, error_body(409, f"fleet view revision {view.revision} is older than {current}"))
+                return
+            conn.respond(200, json.dumps({"generation": view.generation, "revision": view.revision}).encode())
         else:
             conn.respond(404, error_body(404, f"no route for {method.decode()} {path.decode()}"))

@@ -78,6 +78,11 @@ def _sigint_deferred() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+# A kubelet refreshes mounted ConfigMaps on its sync period plus a cache TTL: up to about a minute. The local fleet
+# does the same, so routers see fleet changes as soon as on a real cluster: by the operator's push, not the file.
+KUBELET_CONFIG_SYNC_S = 60.0
+
+
 class LocalFleet:
     """Control plane, GPU nodes, CRD, operator, Prometheus (+ discovery) and pod runner, started by `start()`.
 
@@ -86,8 +91,10 @@ class LocalFleet:
 
     def __init__(self, racks: Sequence[str] = ("rack-a", "rack-b"), nodes_per_rack: int = 2, gpus_per_node: int = 4,
                  gpu_product: str = DEFAULT_GPU_PRODUCT, scrape_interval_s: float = 1.0,
-                 operator_env: Mapping[str, str] | None = None, runner_env: Mapping[str, str] | None = None) -> None:
-        """Nothing starts here. `operator_env` and `runner_env` add to the operator's and every pod's environment."""
+                 operator_env: Mapping[str, str] | None = None, runner_env: Mapping[str, str] | None = None,
+                 config_sync_s: float = KUBELET_CONFIG_SYNC_S) -> None:
+        """Nothing starts here. `operator_env` and `runner_env` add to the operator's and every pod's environment;
+        `config_sync_s` is how late a ConfigMap change reaches a running pod's files (LocalPodRunner)."""
         self.racks = tuple(racks)
         self.nodes_per_rack = nodes_per_rack
         self.gpus_per_node = gpus_per_node
@@ -95,6 +102,7 @@ class LocalFleet:
         self.scrape_interval_s = scrape_interval_s
         self.operator_env = {**OPERATOR_ENV, **(operator_env or {})}
         self.runner_env = dict(runner_env or {})
+        self.config_sync_s = config_sync_s
         self.control_plane = LocalControlPlane()
         self.node_names: list[str] = []
         self.api: Any = None
@@ -133,7 +141,8 @@ class LocalFleet:
             self.prometheus = self._stack.enter_context(start_prometheus(scrape_interval=self.scrape_interval_s))
             self.discovery = self._stack.enter_context(PodTargetDiscovery(
                 self.api, self.prometheus, interval_s=self.scrape_interval_s, static_targets=self._operator_target))
-            self.runner = self._stack.enter_context(LocalPodRunner(self.api, extra_env=self.runner_env))
+            self.runner = self._stack.enter_context(LocalPodRunner(self.api, extra_env=self.runner_env,
+                                                                         config_sync_s=self.config_sync_s))
             log.info("local fleet up in %.1f s (Prometheus %s)", time.monotonic() - began, self.prometheus.url)
         except BaseException:
             self.stop()

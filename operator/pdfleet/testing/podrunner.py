@@ -210,6 +210,7 @@ class RunningPod:
     started_at: str = field(default_factory=_now)
     reported: ContainerView | None = None
     kill_deadline: float | None = None  # set once the pod is being deleted
+    config_synced_at: float | None = None  # monotonic time its configMap volumes were last refreshed
 
     @property
     def log_path(self) -> Path:
@@ -219,16 +220,19 @@ class RunningPod:
 class LocalPodRunner:
     """Runs the pods bound to `node_names` (all nodes when None) as local processes until `stop()`.
 
-    `extra_env` is added to every process's environment (under the container's own env).
+    `extra_env` is added to every process's environment (under the container's own env). `config_sync_s` is how
+    often a running pod's configMap volumes are refreshed (0: every poll); a real kubelet takes up to about a minute,
+    which is what the operator's fleet-view push to the routers is for.
     """
 
     def __init__(self, api_client: Any, node_names: Sequence[str] | None = None,
-                 extra_env: Mapping[str, str] | None = None):
+                 extra_env: Mapping[str, str] | None = None, config_sync_s: float = 0.0):
         from kubernetes import client
 
         self.core = client.CoreV1Api(api_client)
         self.node_names = set(node_names) if node_names is not None else None
         self.extra_env = dict(extra_env or {})
+        self.config_sync_s = config_sync_s
         self.workdir = Path(tempfile.mkdtemp(prefix="pdfleet-pods-"))
         self.pods: dict[str, RunningPod] = {}
         self._lock = threading.Lock()
@@ -360,6 +364,9 @@ class LocalPodRunner:
         """Write the pod's configMap volumes; False while one is missing (the kubelet would not start the pod)."""
         from kubernetes.client.exceptions import ApiException
 
+        now = time.monotonic()
+        if pod.config_synced_at is not None and now - pod.config_synced_at < self.config_sync_s:
+            return True  # written before, not due yet
         complete = True
         for config_map, local in pod.config_volumes.values():
             key = (pod.namespace, config_map)
@@ -378,6 +385,8 @@ class LocalPodRunner:
                     tmp = path.with_name(f".{name}.tmp")
                     tmp.write_text(value)
                     tmp.replace(path)  # atomic, as the kubelet's symlink swap is
+        if complete:
+            pod.config_synced_at = now
         return complete
 
     def _supervise(self, pod: RunningPod) -> None:
