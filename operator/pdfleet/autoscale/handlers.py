@@ -61,7 +61,9 @@ def run_interval(kube: KubeClient, source: PrometheusSignalSource, body: Mapping
     now = time.time()
     readings = source.fetch(spec.engine.kind, namespace, name, spec.autoscaler.window_seconds,
                             spec.sla.percentile, at=now)
-    views = endpoint_views(router_admin_urls(pods, spec.router.admin_port, ready_only=True).values()) if status.get("drain") else []
+    views: list[list[dict] | None] = []
+    if status.get("drain"):
+        views = endpoint_views(router_admin_urls(pods, spec.router.admin_port, ready_only=True).values())
     step = plan_autoscale(spec=spec, pdd_name=name, status=status, nodes=[node_info(n, spec.topology) for n in nodes],
                           readings=readings, states=states, router_views=views, now=now)
     if step.replicas:

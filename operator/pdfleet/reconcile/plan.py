@@ -34,7 +34,8 @@ class Event:
 
 @dataclass(frozen=True)
 class RouterView:
-    """The fleet view of the router ConfigMap, to PUT to each Ready router's admin port ahead of the kubelet's sync."""
+    """The fleet view of the router ConfigMap, to PUT to each running router's admin port ahead of the kubelet's
+    sync."""
 
     view: dict[str, Any]
     admin_port: int
@@ -46,7 +47,7 @@ class ReconcilePlan:
     deletes: tuple[tuple[str, str], ...] = ()  # (kind, name)
     status: dict[str, Any] = field(default_factory=dict)
     events: tuple[Event, ...] = ()
-    router_view: RouterView | None = None  # what every Ready router should run (None while the spec is bad)
+    router_view: RouterView | None = None  # what every router should run (None while the spec is bad)
 
 
 def _condition(type_: str, ok: bool, reason: str, message: str) -> dict[str, str]:
@@ -153,7 +154,7 @@ def plan_reconcile(
     if spec is not None and placement is not None:
         draining = set((old_status.get("drain") or {}).get("endpoints") or [])
         view = render_fleet_view(spec, generation, fleet_endpoints(spec, pods, draining))
-        fleet_record = fleet_view_revision(view, old_status.get("fleetView"))
+        fleet_record = fleet_view_revision(view, fleet_record)
         view = {**view, "revision": fleet_record["revision"]}
         router_view = RouterView(view, spec.router.admin_port)
         desired = render_fleet(owner, spec, placement, pdb_api_version=pdb_api_version,

@@ -6,7 +6,6 @@ kubelet's sync period (up to about a minute), which would hold back new replicas
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import urllib.error
 import urllib.request
@@ -15,6 +14,7 @@ from typing import Any
 
 from pdfleet.reconcile.observed import PodState
 from pdfleet.render.meta import ROUTER_COMPONENT
+from pdfleet.render.router import url_host
 
 ROUTER_TIMEOUT_SECONDS = 2.0
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # pod IPs never go through a proxy
@@ -27,8 +27,7 @@ def router_admin_urls(pods: Iterable[PodState], admin_port: int, *, ready_only: 
     for pod in pods:
         if pod.component != ROUTER_COMPONENT or not pod.ip or pod.terminating or (ready_only and not pod.ready):
             continue
-        host = f"[{pod.ip}]" if ipaddress.ip_address(pod.ip).version == 6 else pod.ip
-        urls[pod.name] = f"http://{host}:{admin_port}"
+        urls[pod.name] = f"http://{url_host(pod.ip)}:{admin_port}"
     return urls
 
 

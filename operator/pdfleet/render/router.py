@@ -34,6 +34,11 @@ ROUTER_CONTAINER = "router"
 ROUTER_RESOURCES = {"requests": {"cpu": "250m", "memory": "256Mi"}}
 
 
+def url_host(ip: str) -> str:
+    """A pod IP as the host part of a URL (IPv6 in brackets)."""
+    return f"[{ip}]" if ipaddress.ip_address(ip).version == 6 else ip
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """One Ready engine pod as the router sees it."""
@@ -49,13 +54,10 @@ class Endpoint:
     def from_pod(cls, pod: Mapping[str, Any], port: int, *, draining: bool = False) -> Endpoint:
         """The Endpoint of an engine pod (Kubernetes API JSON) serving on `port`; pool/rack/zone from its labels."""
         labels = pod["metadata"].get("labels") or {}
-        host = pod["status"]["podIP"]
-        if ipaddress.ip_address(host).version == 6:
-            host = f"[{host}]"
         return cls(
             name=pod["metadata"]["name"],
             pool=labels[LABEL_POOL],
-            url=f"http://{host}:{port}",
+            url=f"http://{url_host(pod['status']['podIP'])}:{port}",
             rack=labels.get(LABEL_RACK, ""),
             zone=labels.get(LABEL_ZONE, ""),
             draining=draining,

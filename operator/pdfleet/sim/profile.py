@@ -71,7 +71,7 @@ def sla_capacity(fleet: FleetConfig, isl: float, osl: float) -> dict[str, float]
 
 def static_sizes(fleet: FleetConfig, trace: list[TraceRequest]) -> dict[str, dict[str, int]]:
     """{"peak", "mean", "first": replicas}: provisioning for the busiest minute, the average load and the first minute
-    (where a scaler that had been running before the trace began would stand)."""
+    (`FleetConfig.scaler_start=first`: a cold start when the load then ramps)."""
     isl, osl = mean_lengths(trace)
     capacity = sla_capacity(fleet, isl, osl)
 
