@@ -24,10 +24,10 @@ from kubernetes import client
 
 from pdfleet import API_GROUP, API_VERSION, PLURAL
 from pdfleet.autoscale.promql import Signal, fleet_queries
-from pdfleet.engine.launcher import start_engine
-from pdfleet.testing.controlplane import LocalControlPlane, wait_until
-from pdfleet.testing.operator import OperatorProcess, install_crd
-from pdfleet.testing.prometheus import ScrapeTarget, start_prometheus
+from pdfleet.testing.engine_process import start_engine
+from pdfleet.localfleet.controlplane import LocalControlPlane, wait_until
+from pdfleet.localfleet.operator_process import OperatorProcess, install_crd
+from pdfleet.localfleet.prometheus import ScrapeTarget, start_prometheus
 
 MODEL = "llama-8b"
 NAMESPACE = "bench"

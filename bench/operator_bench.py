@@ -19,8 +19,8 @@ import time
 from kubernetes import client
 
 from pdfleet import API_GROUP, API_VERSION, PLURAL
-from pdfleet.testing.controlplane import LocalControlPlane, wait_until
-from pdfleet.testing.operator import OperatorProcess, install_crd
+from pdfleet.localfleet.controlplane import LocalControlPlane, wait_until
+from pdfleet.localfleet.operator_process import OperatorProcess, install_crd
 
 
 def fleet_body(name: str) -> dict:

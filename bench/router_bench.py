@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "operator"))
 
-from pdfleet.engine.launcher import EngineProcess, start_engine  # noqa: E402
+from pdfleet.testing.engine_process import EngineProcess, start_engine  # noqa: E402
 
 PEERS_VENV = REPO / "bench" / ".peers-venv"
 PEER_PACKAGES = ("sglang-router==0.3.2", "vllm-router==0.1.17")

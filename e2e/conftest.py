@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from pdfleet.testing.controlplane import MissingBinariesError, namespace_name_for
-from pdfleet.testing.fleet import LocalFleet
+from pdfleet.localfleet.controlplane import MissingBinariesError, namespace_name_for
+from pdfleet.localfleet.harness import LocalFleet
 from pdfleet.testing.prerequisites import missing_prerequisite
-from pdfleet.testing.prometheus import prometheus_binary
+from pdfleet.localfleet.prometheus import prometheus_binary
 
 
 @pytest.fixture(scope="session")

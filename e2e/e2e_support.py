@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pdfleet import POOLS
 from pdfleet.sim.trace import TraceRequest
 from pdfleet.sim.workload import LoadProfile, generate
-from pdfleet.testing.demo import demo_pdd
-from pdfleet.testing.fleet import LocalFleet
-from pdfleet.testing.replay import RequestResult, replay
+from pdfleet.localfleet.demo import demo_pdd
+from pdfleet.localfleet.harness import LocalFleet
+from pdfleet.loadgen.replay import RequestResult, replay
 
-POOLS = ("prefill", "decode")
 
 
 def e2e_pdd(fleet: LocalFleet, name: str, namespace: str, *, prefill: int = 1, decode: int = 1,

@@ -7,7 +7,7 @@ import httpx
 import pytest
 from e2e_support import BackgroundLoad, Phase, ReplicaLog, e2e_pdd, failures, phased_trace
 
-from pdfleet.testing.fleet import LocalFleet
+from pdfleet.localfleet.harness import LocalFleet
 
 
 @pytest.mark.timeout(240)

@@ -7,9 +7,9 @@ import httpx
 import pytest
 from e2e_support import BackgroundLoad, Phase, e2e_pdd, phased_trace
 
-from pdfleet.testing.fleet import LocalFleet
+from pdfleet.localfleet.harness import LocalFleet
 
-dashboards = pytest.importorskip("pdfleet.observability.dashboards")
+dashboards = pytest.importorskip("pdfleet.chart.dashboards")
 
 
 def concrete(expr: str, namespace: str, name: str) -> str:

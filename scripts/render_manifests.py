@@ -2,7 +2,7 @@
 """Regenerate everything the chart and manifests/ derive from code, or check that nothing drifted (`--check`).
 
 1. charts/pdfleet/crds/: the PDDeployment CRD copied from crds/ (its single source, generated from the pydantic model).
-2. charts/pdfleet/dashboards/*.json, files/alert-rules.yaml, files/rbac-rules.yaml: from pdfleet.observability.
+2. charts/pdfleet/dashboards/*.json, files/alert-rules.yaml, files/rbac-rules.yaml: from pdfleet.chart.
 3. manifests/*.yaml: `helm template` of the chart with default values, split by kind group and prefixed with the
    Namespace, so `kubectl apply -f manifests/` installs what `helm install` with defaults installs.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 
-from pdfleet.observability import manifests as m  # noqa: E402 - after the path fix, for runs outside the venv
+from pdfleet.chart import manifests as m  # noqa: E402 - after the path fix, for runs outside the venv
 
 
 def main(argv: list[str]) -> int:

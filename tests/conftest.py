@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pdfleet.testing.controlplane import LocalControlPlane, MissingBinariesError, namespace_name_for
+from pdfleet.localfleet.controlplane import LocalControlPlane, MissingBinariesError, namespace_name_for
 from pdfleet.testing.prerequisites import missing_prerequisite
 
 

@@ -6,3 +6,4 @@ API_GROUP = "pdfleet.dev"
 API_VERSION = "v1alpha1"
 KIND = "PDDeployment"
 PLURAL = "pddeployments"
+POOLS: tuple[str, str] = ("prefill", "decode")  # the two pools of every PDDeployment, in placement order

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from pdfleet.testing.controlplane import LocalControlPlane
-from pdfleet.testing.operator import OperatorProcess, install_crd
+from pdfleet.localfleet.controlplane import LocalControlPlane
+from pdfleet.localfleet.operator_process import OperatorProcess, install_crd
 
 
 @pytest.fixture(scope="session")

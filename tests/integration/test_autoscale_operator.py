@@ -18,9 +18,9 @@ import pytest
 from kubernetes import client
 
 from pdfleet import API_GROUP, API_VERSION, PLURAL
-from pdfleet.engine.launcher import EngineProcess, start_engine
-from pdfleet.testing.controlplane import wait_until
-from pdfleet.testing.prometheus import ScrapeTarget, start_prometheus
+from pdfleet.testing.engine_process import EngineProcess, start_engine
+from pdfleet.localfleet.controlplane import wait_until
+from pdfleet.localfleet.prometheus import ScrapeTarget, start_prometheus
 
 NAME = "scaled"
 MODEL = "llama-8b"

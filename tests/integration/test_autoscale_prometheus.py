@@ -33,7 +33,7 @@ from pdfleet.autoscale.signals import (
     PoolSignals,
     PrometheusSignalSource,
 )
-from pdfleet.testing.prometheus import ScrapeTarget, free_port, prometheus_binary, start_prometheus
+from pdfleet.localfleet.prometheus import ScrapeTarget, free_port, prometheus_binary, start_prometheus
 
 pytestmark = [
     pytest.mark.prometheus,

@@ -16,9 +16,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from pdfleet import API_GROUP, API_VERSION, PLURAL
-from pdfleet.observability import manifests as render
-from pdfleet.testing.controlplane import LocalControlPlane, cache_bin_dir, wait_until
-from pdfleet.testing.operator import OperatorProcess, install_crd
+from pdfleet.chart import manifests as render
+from pdfleet.localfleet.controlplane import LocalControlPlane, cache_bin_dir, wait_until
+from pdfleet.localfleet.operator_process import OperatorProcess, install_crd
 
 
 CHART = str(render.CHART)

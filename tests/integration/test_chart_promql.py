@@ -14,11 +14,11 @@ import pytest
 from kubernetes import client
 
 from pdfleet import API_GROUP, API_VERSION, PLURAL
-from pdfleet.engine.launcher import EngineProcess, start_engine
-from pdfleet.router.launcher import RouterProcess
-from pdfleet.observability import alerts, dashboards
-from pdfleet.testing.operator import OperatorProcess
-from pdfleet.testing.prometheus import PrometheusServer, ScrapeTarget, prometheus_binary, start_prometheus
+from pdfleet.testing.engine_process import EngineProcess, start_engine
+from pdfleet.testing.router_process import RouterProcess
+from pdfleet.chart import alerts, dashboards
+from pdfleet.localfleet.operator_process import OperatorProcess
+from pdfleet.localfleet.prometheus import PrometheusServer, ScrapeTarget, prometheus_binary, start_prometheus
 
 pytestmark = pytest.mark.skipif(prometheus_binary() is None, reason="prometheus not installed (Debian package)")
 

@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from pdfleet.testing.controlplane import GPU_RESOURCE, RACK_LABEL, LocalControlPlane, wait_until
+from pdfleet.localfleet.controlplane import GPU_RESOURCE, RACK_LABEL, LocalControlPlane, wait_until
 
 pytestmark = pytest.mark.controlplane
 

@@ -6,7 +6,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pdfleet.engine.launcher import start_engine
+from pdfleet.testing.engine_process import start_engine
 
 SPEEDUP = ["--emulator-speedup", "5"]
 PROMPT = "word " * 400  # 2000 characters = 500 tokens = 31 full KV blocks of 16

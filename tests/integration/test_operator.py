@@ -14,11 +14,11 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from pdfleet import POOLS
 from pdfleet import API_GROUP, API_VERSION, PLURAL
-from pdfleet.reconcile.kube import KubeClient
-from pdfleet.testing.controlplane import LocalControlPlane, cache_bin_dir, wait_until
+from pdfleet.cluster.kube import KubeClient
+from pdfleet.localfleet.controlplane import LocalControlPlane, cache_bin_dir, wait_until
 
-POOLS = ("prefill", "decode")
 RACK_LABEL = "topology.pdfleet.dev/rack"
 
 

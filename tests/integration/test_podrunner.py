@@ -12,8 +12,8 @@ import httpx
 import pytest
 from kubernetes import client
 
-from pdfleet.testing.controlplane import LocalControlPlane, wait_until
-from pdfleet.testing.podrunner import LocalPodRunner
+from pdfleet.localfleet.controlplane import LocalControlPlane, wait_until
+from pdfleet.localfleet.podrunner import LocalPodRunner
 
 NODE = "podrunner-node"
 ENGINE_PORT = 8000

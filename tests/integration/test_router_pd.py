@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from pdfleet.engine.launcher import EngineProcess, start_engine
-from pdfleet.router.launcher import RouterProcess
+from pdfleet.testing.engine_process import EngineProcess, start_engine
+from pdfleet.testing.router_process import RouterProcess
 
 MODEL = "test-model"
 LONG_PROMPT = "word " * 300  # ~375 tokens by the router's estimate: disaggregated

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pdfleet.autoscale.config import FleetPolicyConfig, PoolPolicyConfig
-from pdfleet.autoscale.fleet import apply_fleet_constraints, decide_fleet
+from pdfleet.autoscale.fleet_decision import apply_fleet_constraints, decide_fleet
 from pdfleet.autoscale.policy import Decision, PoolScalerState
 from pdfleet.autoscale.signals import NO_SAMPLES, MetricsUnavailable, PoolSignals
 

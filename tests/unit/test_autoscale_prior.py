@@ -7,7 +7,7 @@ import pytest
 from pdfleet.api.model import PDDeploymentSpec
 from pdfleet.autoscale.config import PoolPolicyConfig, policy_config_from_spec
 from pdfleet.autoscale.policy import LEARNED_CAPACITY_UTILIZATION, PoolScalerState, decide_pool, prior_capacity
-from pdfleet.autoscale.prior import (
+from pdfleet.perfmodel.replica import (
     DECODE_UTILIZATION,
     PREFILL_UTILIZATION,
     decode_capacity,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pdfleet.testing.prometheus import (
+from pdfleet.localfleet.prometheus import (
     ENGINE_JOB,
     KubernetesSD,
     ScrapeTarget,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdfleet.observability import manifests as render
+from pdfleet.chart import manifests as render
 
 REPO = render.REPO
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pdfleet.observability import alerts, rbac
-from pdfleet.observability import manifests as render
+from pdfleet.chart import alerts, rbac
+from pdfleet.chart import manifests as render
 
 
 CHART = str(render.CHART)

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
-from pdfleet.observability import alerts, dashboards, rbac
-from pdfleet.observability import fleet_metrics as fm
+from pdfleet.chart import alerts, dashboards, rbac
+from pdfleet.operator import fleet_metrics as fm
 
 BODY = {
     "metadata": {"namespace": "ml", "name": "chat"},
@@ -129,7 +129,7 @@ def test_kube_client_scan_reads_verbs_from_the_http_calls() -> None:
     import ast
     import inspect
 
-    from pdfleet.reconcile import kube
+    from pdfleet.cluster import kube
 
     tree = ast.parse(inspect.getsource(kube.KubeClient))
     methods = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}

@@ -2,12 +2,12 @@
 
 import asyncio
 
-from pdfleet.engine import presets
+from pdfleet.perfmodel import presets
 from pdfleet.engine.faults import Faults
 from pdfleet.engine.kvcache import KvBlockPool
 from pdfleet.engine.metrics import EngineMetrics
 from pdfleet.engine.scheduler import Scheduler, Sequence
-from pdfleet.engine.timing import Hardware, prefill_time
+from pdfleet.perfmodel.timing import Hardware, prefill_time
 
 HW = Hardware(presets.model_preset("llama-3.1-8b"), presets.gpu_preset("H100-SXM"))
 

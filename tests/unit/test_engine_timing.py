@@ -2,8 +2,8 @@
 
 import pytest
 
-from pdfleet.engine import presets
-from pdfleet.engine.timing import (
+from pdfleet.perfmodel import presets
+from pdfleet.perfmodel.timing import (
     Hardware, StepLoad, blocks_for, chunk_attention_pairs, decode_step_time, kv_bytes_per_token, kv_capacity_tokens,
     kv_transfer_time, prefill_time, step_time, transfer_link,
 )

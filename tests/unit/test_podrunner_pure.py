@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pdfleet.testing.podrunner import (
+from pdfleet.localfleet.podrunner import (
     ContainerView,
     Probe,
     grace_seconds,

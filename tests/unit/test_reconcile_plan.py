@@ -6,8 +6,8 @@ import copy
 import json
 from typing import Any
 
-from pdfleet.reconcile.kube import APPLIED_HASH_ANNOTATION
-from pdfleet.reconcile.observed import ChildState, PodState, child_state, node_summary
+from pdfleet.cluster.kube import APPLIED_HASH_ANNOTATION
+from pdfleet.cluster.observed import ChildState, PodState, child_state, node_summary
 from pdfleet.reconcile.plan import plan_reconcile, status_patch
 
 NOW = "2026-12-02T00:00:00Z"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pdfleet.reconcile.observed import PodState
-from pdfleet.reconcile.router_admin import router_admin_urls
+from pdfleet.cluster.observed import PodState
+from pdfleet.cluster.router_admin import router_admin_urls
 
 
 def router(name: str, ip: str | None, ready: bool, terminating: bool = False, component: str = "router") -> PodState:

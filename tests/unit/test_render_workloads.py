@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from pdfleet.api.model import parse_spec
-from pdfleet.render.fleet import render_fleet
+from pdfleet.render.children import render_fleet
 from pdfleet.render.meta import Owner
 from pdfleet.render.pdb import render_pool_pdb
 from pdfleet.render.statefulset import render_cell_statefulset

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pdfleet.sim.trace import TraceRequest
-from pdfleet.testing.replay import (
+from pdfleet.loadgen.replay import (
     RequestResult,
     Sla,
     _parser,

@@ -1,4 +1,4 @@
-"""Fleet view parsing (pdfleet.router.fleet)."""
+"""Fleet view parsing (pdfleet.router.fleet_view)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pdfleet.router.fleet import (FleetViewError, RoutingPolicy, fleet_view_to_dict, load_fleet_view,
+from pdfleet.router.fleet_view import (FleetViewError, RoutingPolicy, fleet_view_to_dict, load_fleet_view,
                                   parse_fleet_view)
 
 VIEW = {

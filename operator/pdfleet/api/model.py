@@ -21,7 +21,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-POOLS: tuple[str, str] = ("prefill", "decode")
+from pdfleet import POOLS
+
 PoolName = Literal["prefill", "decode"]
 GPU_RESOURCE = "nvidia.com/gpu"
 

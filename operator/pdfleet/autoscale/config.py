@@ -8,8 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from pdfleet.autoscale.prior import ReplicaModel, replica_model
-from pdfleet.engine.config import vllm_batch_limits
+from pdfleet.perfmodel.replica import ReplicaModel, pool_replica_model
 
 
 @dataclass(frozen=True)
@@ -62,15 +61,6 @@ class FleetPolicyConfig:
         raise KeyError(f"unknown pool {name!r}")
 
 
-# vLLM engine args that bound a replica's batches, with vLLM's defaults (the keywords of `prior.replica_model`)
-def _replica_model(spec: Any, pool: str) -> ReplicaModel | None:
-    """The pool's replica in the timing model, or None when its gpuProduct or the model matches no preset."""
-    pool_spec = spec.pool(pool)
-    limits = vllm_batch_limits(list(spec.engine.args)) if spec.engine.kind == "vllm" else {}
-    return replica_model(spec.model.name, pool_spec.gpu_product, pool_spec.gpus_per_replica,
-                         spec.kv_transfer.cache_dtype, **limits)
-
-
 def _pool_config(spec: Any, pool: str, default_capacity: float | None) -> PoolPolicyConfig:
     pool_spec = spec.pool(pool)
     scaling = pool_spec.autoscaling
@@ -89,7 +79,7 @@ def _pool_config(spec: Any, pool: str, default_capacity: float | None) -> PoolPo
         max_scale_down_step=scaling.max_scale_down_step,
         gpus_per_replica=pool_spec.gpus_per_replica,
         capacity_tokens_per_s=capacity,
-        replica_model=_replica_model(spec, pool),
+        replica_model=pool_replica_model(spec, pool),
     )
 
 

@@ -13,32 +13,26 @@ import time
 from typing import Any, Mapping
 
 import kopf
-from prometheus_client import Counter, Gauge
 
 from pdfleet import API_GROUP, API_VERSION, PLURAL
-from pdfleet.api.model import POOLS, PDDeploymentSpec, SpecError, parse_spec
+from pdfleet import POOLS
+from pdfleet.api.model import PDDeploymentSpec, SpecError, parse_spec
+from pdfleet.autoscale.metrics import CURRENT, DECISIONS, DESIRED, DRAINING, METRICS_AVAILABLE, SIGNAL
 from pdfleet.autoscale.policy import PoolScalerState
 from pdfleet.autoscale.signals import PrometheusSignalSource
 from pdfleet.autoscale.step import AutoscaleStep, plan_autoscale
-from pdfleet.reconcile.handlers import body_snapshot, post_events
-from pdfleet.reconcile.kube import KubeClient
-from pdfleet.reconcile.observed import PodState
-from pdfleet.reconcile.router_admin import endpoint_views, router_admin_urls
+from pdfleet.cluster.events import post_events
+from pdfleet.cluster.indexes import body_snapshot, index_snapshot
+from pdfleet.cluster.kube import KubeClient
+from pdfleet.cluster.observed import PodState
+from pdfleet.cluster.router_admin import endpoint_views, router_admin_urls
 from pdfleet.topology.inventory import node_info
 
 log = logging.getLogger("pdfleet.autoscaler")
 
-LABELS = ("namespace", "pdd", "pool")
-DESIRED = Gauge("pdfleet_autoscaler_desired_replicas", "Replicas the autoscaler wants", LABELS)
-CURRENT = Gauge("pdfleet_autoscaler_current_replicas", "spec replicas when the autoscaler decided", LABELS)
-SIGNAL = Gauge("pdfleet_autoscaler_signal_value", "Signals the autoscaler observed", LABELS + ("signal",))
-DECISIONS = Counter("pdfleet_autoscaler_decisions_total", "Autoscaler decisions",
-                    LABELS + ("direction", "signal"))
-METRICS_AVAILABLE = Gauge("pdfleet_autoscaler_metrics_available", "1 when every autoscaled pool had fresh metrics",
-                          ("namespace", "pdd"))
-DRAINING = Gauge("pdfleet_autoscaler_drain_in_progress", "1 while a pool drains before a scale-down", LABELS)
-
 DRAIN_POLL_SECONDS = 2.0  # while draining, look at the routers more often than the interval
+
+
 def export(namespace: str, name: str, step: AutoscaleStep) -> None:
     for pool, chosen in step.decision.decisions.items():
         labels = (namespace, name, pool)
@@ -95,7 +89,7 @@ async def autoscaler_daemon(namespace: str, name: str, body: kopf.Body, stopped:
                     source = sources.setdefault(spec.prometheus.url, PrometheusSignalSource(spec.prometheus.url))
                     step = await asyncio.to_thread(
                         run_interval, memo.kube, source, body_snapshot(body), spec,
-                        list(node_index.get(None, [])), list(pod_index.get((namespace, name), [])), states)
+                        index_snapshot(node_index, None), index_snapshot(pod_index, (namespace, name)), states)
                     states = step.states
                     post_events(body, step.events)
                     if step.status["drain"]:

@@ -5,7 +5,7 @@ the capacity view; only the capacity signal (token demand vs per-replica capacit
 or the timing model's prior) shrinks a pool. docs/autoscaling.md says why (fleet simulator runs).
 
 No clocks and no I/O: the caller passes `now`, the pool's reading and the previous PoolScalerState, and gets a
-Decision and the next state. The fleet-wide step (GPU budget, P:D ratio) is in `pdfleet.autoscale.fleet`.
+Decision and the next state. The fleet-wide step (GPU budget, P:D ratio) is in `pdfleet.autoscale.fleet_decision`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Mapping
 
 from pdfleet.autoscale.config import PoolPolicyConfig
-from pdfleet.autoscale.prior import decode_sla_capacity, prefill_sla_capacity
+from pdfleet.perfmodel.replica import decode_sla_capacity, prefill_sla_capacity
 from pdfleet.autoscale.signals import MetricsUnavailable, PoolReading, PoolSignals
 
 CAPACITY_LEARN_WEIGHT = 0.3  # EWMA weight of a new capacity sample

@@ -12,7 +12,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-POOLS: tuple[str, ...] = ("prefill", "decode")
+from pdfleet import POOLS
+
 
 
 class Signal(str, enum.Enum):

@@ -14,7 +14,8 @@ import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
-from pdfleet.autoscale.promql import POOLS, Query, Signal, fleet_queries
+from pdfleet import POOLS
+from pdfleet.autoscale.promql import Query, Signal, fleet_queries
 
 # MetricsUnavailable.reason values
 UNREACHABLE = "unreachable"

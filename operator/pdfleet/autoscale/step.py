@@ -13,13 +13,14 @@ import datetime
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from pdfleet.api.model import POOLS, PDDeploymentSpec
+from pdfleet import POOLS
+from pdfleet.api.model import PDDeploymentSpec
 from pdfleet.autoscale.config import policy_config_from_spec
 from pdfleet.autoscale.drain import drain_progress, pods_removed
-from pdfleet.autoscale.fleet import FleetDecision, decide_fleet
+from pdfleet.autoscale.fleet_decision import FleetDecision, decide_fleet
 from pdfleet.autoscale.policy import PoolScalerState, fresh_state
 from pdfleet.autoscale.signals import MetricsUnavailable, PoolReading
-from pdfleet.reconcile.plan import Event
+from pdfleet.cluster.events import Event
 from pdfleet.topology.inventory import NodeInfo
 from pdfleet.topology.placement import PlacementError, plan_placement
 

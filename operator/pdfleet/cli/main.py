@@ -10,13 +10,13 @@ import sys
 
 # subcommand -> (module with `main(argv) -> int`, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "operator": ("pdfleet.reconcile.cli", "run the Kopf operator"),
+    "operator": ("pdfleet.operator.main", "run the Kopf operator"),
     "router": ("pdfleet.router.cli", "run the rack-aware PD router"),
     "engine": ("pdfleet.engine.cli", "run the vLLM-compatible engine emulator (accepts `vllm serve` args)"),
     "gen-crd": ("pdfleet.api.cli", "write the CRD generated from the pydantic model to crds/"),
     "autoscaler": ("pdfleet.autoscale.cli", "print the autoscaler's PromQL, or read a fleet's signals from Prometheus"),
-    "demo": ("pdfleet.testing.demo", "run the local demo fleet (control plane, operator, Prometheus, load)"),
-    "replay": ("pdfleet.testing.replay", "replay a request trace or synthetic profile against a router"),
+    "demo": ("pdfleet.localfleet.demo", "run the local demo fleet (control plane, operator, Prometheus, load)"),
+    "replay": ("pdfleet.loadgen.replay", "replay a request trace or synthetic profile against a router"),
     "simulate": ("pdfleet.sim.cli", "trace-driven fleet simulator comparing scaling policies"),
 }
 

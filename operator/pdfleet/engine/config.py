@@ -10,9 +10,9 @@ import json
 import os
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
 
-from pdfleet.engine import presets
+from pdfleet.perfmodel import presets
+from pdfleet.perfmodel.vllm_args import add_vllm_serve_arguments
 from pdfleet.engine.faults import Faults
 
 ROLE_BY_KV_ROLE = {"kv_producer": "prefill", "kv_consumer": "decode", "kv_both": "both"}
@@ -60,20 +60,7 @@ class EngineSettings:
 def _parser(exit_on_error: bool = True) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pdfleet engine serve", allow_abbrev=False, exit_on_error=exit_on_error,
                                 description="vLLM-compatible engine emulator (accepts `vllm serve` arguments)")
-    vllm = p.add_argument_group("vLLM arguments")
-    vllm.add_argument("--model", dest="model_flag")
-    vllm.add_argument("--host", default="0.0.0.0")
-    vllm.add_argument("--port", type=int, default=8000)
-    vllm.add_argument("--served-model-name", nargs="+")
-    vllm.add_argument("--kv-transfer-config")
-    vllm.add_argument("--kv-cache-dtype", default="auto")
-    vllm.add_argument("--max-num-seqs", type=int, default=256)
-    vllm.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    vllm.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    vllm.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
-    vllm.add_argument("--max-model-len", type=int)
-    vllm.add_argument("--block-size", type=int, default=16)
-    vllm.add_argument("--kv-load-failure-policy", choices=("fail", "recompute"))
+    add_vllm_serve_arguments(p.add_argument_group("vLLM arguments"))
     emu = p.add_argument_group("emulator arguments")
     emu.add_argument("--emulator-model", default=os.environ.get("PDFLEET_EMULATOR_MODEL"),
                      help=f"model preset ({', '.join(presets.MODELS)}); default: guessed from the model id")
@@ -100,17 +87,6 @@ def _parser(exit_on_error: bool = True) -> argparse.ArgumentParser:
     faults.add_argument("--fault-slowdown", type=float, default=1.0, metavar="FACTOR")
     faults.add_argument("--fault-unhealthy", action="store_true")
     return p
-
-
-def vllm_batch_limits(args: list[str]) -> dict[str, Any]:
-    """max_num_seqs, max_num_batched_tokens and gpu_memory_utilization as `vllm serve` reads them from `args` (vLLM's
-    defaults where absent; all defaults when a value is malformed, since vLLM would not start with it)."""
-    try:
-        parsed, _ = _parser(exit_on_error=False).parse_known_args(args)
-    except argparse.ArgumentError:
-        parsed, _ = _parser().parse_known_args([])
-    return {"max_num_seqs": parsed.max_num_seqs, "max_num_batched_tokens": parsed.max_num_batched_tokens,
-            "gpu_memory_utilization": parsed.gpu_memory_utilization}
 
 
 def _advertise_host(flag: str | None, bind_host: str) -> str:

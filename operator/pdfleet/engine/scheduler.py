@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pdfleet.engine.faults import Faults
 from pdfleet.engine.kvcache import KvBlockPool
 from pdfleet.engine.metrics import EngineMetrics
-from pdfleet.engine.timing import Hardware, StepLoad, blocks_for, chunk_attention_pairs, step_time
+from pdfleet.perfmodel.timing import Hardware, StepLoad, blocks_for, chunk_attention_pairs, step_time
 
 IDLE_RECHECK_S = 0.5  # when work waits only for held KV blocks to expire
 

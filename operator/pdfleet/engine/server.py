@@ -20,12 +20,13 @@ import aiohttp
 from aiohttp import web
 
 from pdfleet import __version__
-from pdfleet.engine import presets, protocol, tokens
+from pdfleet.engine import protocol, tokens
+from pdfleet.perfmodel import presets
 from pdfleet.engine.config import EngineSettings
 from pdfleet.engine.kvcache import KvBlockPool
 from pdfleet.engine.metrics import CONTENT_TYPE, EngineMetrics
 from pdfleet.engine.scheduler import Scheduler, Sequence
-from pdfleet.engine.timing import Hardware, kv_bytes_per_token, kv_capacity_tokens, kv_transfer_time, transfer_link
+from pdfleet.perfmodel.timing import Hardware, kv_bytes_per_token, kv_capacity_tokens, kv_transfer_time, transfer_link
 
 log = logging.getLogger("pdfleet.engine")
 

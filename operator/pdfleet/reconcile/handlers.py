@@ -9,22 +9,23 @@ unchanged fleet makes zero API writes.
 from __future__ import annotations
 
 import asyncio
-import copy
 import datetime
 import logging
 import os
 import time
-from typing import Any, Iterable
+from typing import Any
 
 import kopf
 from prometheus_client import Counter, Histogram
 
 from pdfleet import API_GROUP, API_VERSION, PLURAL
-from pdfleet.reconcile.kube import KubeClient, load_api_client
-from pdfleet.reconcile.observed import PodState, child_state, node_summary, pod_state
-from pdfleet.reconcile.plan import Event, ReconcilePlan, RouterView, plan_reconcile, status_patch
-from pdfleet.reconcile.router_admin import push_fleet_view, router_admin_urls
-from pdfleet.render.meta import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY
+from pdfleet.cluster.events import post_events
+from pdfleet.cluster.indexes import CHILD_INDEXES, MANAGED, body_snapshot, index_snapshot
+from pdfleet.cluster.kube import KubeClient, load_api_client
+from pdfleet.cluster.observed import PodState
+from pdfleet.cluster.router_admin import push_fleet_view, router_admin_urls
+from pdfleet.reconcile.plan import ReconcilePlan, RouterView, plan_reconcile, status_patch
+from pdfleet.render.meta import LABEL_INSTANCE
 
 log = logging.getLogger("pdfleet.operator")
 
@@ -33,12 +34,10 @@ RECONCILE_SECONDS = Histogram("pdfleet_operator_reconcile_duration_seconds", "Wa
                               buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 RECONCILE_WRITES = Counter("pdfleet_operator_reconcile_writes_total",
                            "API writes made by reconciles (applies, deletes, status patches)", ["namespace", "pdd"])
-EVENTS = Counter("pdfleet_operator_events_total", "Kubernetes Events posted by the operator", ["type", "reason"])
 FLEET_PUSHES = Counter("pdfleet_operator_fleet_view_pushes_total",
                        "Fleet views PUT to router replicas (failed: the router reads the ConfigMap file later)",
                        ["result"])
 
-MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
 RESYNC_SECONDS = float(os.environ.get("PDFLEET_RESYNC_SECONDS", "30"))
 DEBOUNCE_SECONDS = 0.2  # batch the burst of pod/child events one scale-up causes
 PUSH_RETRY_SECONDS = 2.0  # a router that did not take its fleet view (still starting) is tried again this soon
@@ -46,7 +45,7 @@ PUSH_RETRY_SECONDS = 2.0  # a router that did not take its fleet view (still sta
 _wakeups: dict[tuple[str, str], asyncio.Event] = {}
 # Per PDDeployment: the fleet-view revision last pushed and the router pods that hold it.
 _router_pushes: dict[tuple[str, str], tuple[int, frozenset[str]]] = {}
-# The last body each reconcile saw, for the fleet-state metrics collector (pdfleet.observability.fleet_metrics).
+# The last body each reconcile saw, for the fleet-state metrics collector (pdfleet.operator.fleet_metrics).
 FLEETS: dict[tuple[str, str], dict[str, Any]] = {}
 
 
@@ -72,50 +71,6 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     memo.kube.discover_versions()
     memo.operator_image = os.environ.get("PDFLEET_OPERATOR_IMAGE", "ghcr.io/pdfleet/pdfleet:0.1.0")
     log.info("PodDisruptionBudget API: %s", memo.kube.api_version_of("PodDisruptionBudget"))
-
-
-# --- what runs, kept in memory by Kopf --------------------------------------------------------------------------
-
-@kopf.index("nodes")
-def node_index(body: kopf.Body, **_: Any) -> dict:
-    return {None: node_summary(body)}
-
-
-@kopf.index("pods", labels=MANAGED)
-def pod_index(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict:
-    return {(namespace, labels.get(LABEL_INSTANCE, "")): pod_state(body)}
-
-
-def _index_children(namespace: str, labels: kopf.Labels, body: kopf.Body) -> dict:
-    return {(namespace, labels.get(LABEL_INSTANCE, "")): child_state(body)}
-
-
-@kopf.index("apps", "v1", "statefulsets", labels=MANAGED)
-def statefulset_index(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict:
-    return _index_children(namespace, labels, body)
-
-
-@kopf.index("apps", "v1", "deployments", labels=MANAGED)
-def deployment_index(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict:
-    return _index_children(namespace, labels, body)
-
-
-@kopf.index("v1", "services", labels=MANAGED)
-def service_index(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict:
-    return _index_children(namespace, labels, body)
-
-
-@kopf.index("v1", "configmaps", labels=MANAGED)
-def configmap_index(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict:
-    return _index_children(namespace, labels, body)
-
-
-@kopf.index("policy", "poddisruptionbudgets", labels=MANAGED)
-def pdb_index(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict:
-    return _index_children(namespace, labels, body)
-
-
-CHILD_INDEXES = ("statefulset_index", "deployment_index", "service_index", "configmap_index", "pdb_index")
 
 
 # --- triggers: everything wakes the per-PDDeployment daemon ---------------------------------------------------
@@ -154,22 +109,6 @@ def pddeployment_deleted(namespace: str, name: str, **_: Any) -> None:
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def body_snapshot(body: kopf.Body) -> dict[str, Any]:
-    """A plain, private copy of Kopf's live body view: the reconcile must see one consistent version."""
-    return copy.deepcopy(dict(body))
-
-
-def _snapshot(index: kopf.Index, key: Any) -> list:
-    return list(index.get(key, []))
-
-
-def post_events(body: kopf.Body, events: Iterable[Event]) -> None:
-    """Post Events on the PDDeployment through Kopf's poster, counting them."""
-    for event in events:
-        EVENTS.labels(event.type, event.reason).inc()
-        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
 
 
 def execute_plan(kube: KubeClient, body: dict, plan: ReconcilePlan) -> int:
@@ -236,9 +175,9 @@ async def reconcile_daemon(namespace: str, name: str, body: kopf.Body, stopped: 
         try:
             plan = plan_reconcile(
                 pdd=snapshot,
-                nodes=_snapshot(kwargs["node_index"], None),
-                children=[c for idx in CHILD_INDEXES for c in _snapshot(kwargs[idx], key)],
-                pods=_snapshot(kwargs["pod_index"], key),
+                nodes=index_snapshot(kwargs["node_index"], None),
+                children=[c for idx in CHILD_INDEXES for c in index_snapshot(kwargs[idx], key)],
+                pods=index_snapshot(kwargs["pod_index"], key),
                 pdb_api_version=memo.kube.api_version_of("PodDisruptionBudget"),
                 operator_image=memo.operator_image,
                 now=_now(),
@@ -246,7 +185,7 @@ async def reconcile_daemon(namespace: str, name: str, body: kopf.Body, stopped: 
             writes = await asyncio.to_thread(execute_plan, memo.kube, snapshot, plan)
             RECONCILE_WRITES.labels(namespace, name).inc(writes)
             if plan.router_view is not None and not await asyncio.to_thread(
-                    push_to_routers, key, plan.router_view, _snapshot(kwargs["pod_index"], key)):
+                    push_to_routers, key, plan.router_view, index_snapshot(kwargs["pod_index"], key)):
                 next_resync = time.monotonic() + PUSH_RETRY_SECONDS
             post_events(body, plan.events)
             RECONCILES.labels("ok").inc()

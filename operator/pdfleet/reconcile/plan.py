@@ -11,25 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from pdfleet import POOLS
 from pdfleet.api.model import PDDeploymentSpec, SpecError, parse_spec, validate_name
-from pdfleet.reconcile.kube import APPLIED_HASH_ANNOTATION, with_applied_hash
-from pdfleet.reconcile.observed import ChildState, PodState
-from pdfleet.render.fleet import render_fleet
+from pdfleet.cluster.events import Event
+from pdfleet.cluster.kube import APPLIED_HASH_ANNOTATION, with_applied_hash
+from pdfleet.cluster.observed import ChildState, PodState
+from pdfleet.render.children import render_fleet
 from pdfleet.render.meta import Owner
 from pdfleet.render.router import Endpoint, fleet_view_revision, render_fleet_view, render_router_configmap
 from pdfleet.topology.inventory import node_info
 from pdfleet.topology.placement import Placement, PlacementError, plan_placement
 
-POOLS = ("prefill", "decode")
-
-
-@dataclass(frozen=True)
-class Event:
-    """A Kubernetes Event to post on the PDDeployment (reconcile and autoscaler alike)."""
-
-    type: str  # Normal | Warning
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)

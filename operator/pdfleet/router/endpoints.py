@@ -6,7 +6,7 @@ import asyncio
 import logging
 from typing import Any, Iterator
 
-from .fleet import EndpointSpec, FleetView
+from .fleet_view import EndpointSpec, FleetView
 from .httpclient import UpstreamPool, fetch, request_bytes
 
 log = logging.getLogger("pdfleet.router")

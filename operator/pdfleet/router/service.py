@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .endpoints import EndpointRegistry, health_loop
-from .fleet import FleetView, FleetViewError, fleet_view_to_dict, load_fleet_view
+from .fleet_view import FleetView, FleetViewError, fleet_view_to_dict, load_fleet_view
 from .handshake import error_body
 from .httpserver import ClientConnection, Request, serve
 from .metrics import RouterMetrics

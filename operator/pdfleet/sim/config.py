@@ -6,7 +6,7 @@ from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Any
 
-from pdfleet.engine.presets import (
+from pdfleet.perfmodel.presets import (
     DEFAULT_CROSS_RACK,
     DEFAULT_INTRA_RACK,
     InterconnectPreset,
@@ -14,7 +14,7 @@ from pdfleet.engine.presets import (
     interconnect_preset,
     model_preset,
 )
-from pdfleet.engine.timing import Hardware, kv_bytes_per_token, kv_capacity_tokens
+from pdfleet.perfmodel.timing import Hardware, kv_bytes_per_token, kv_capacity_tokens
 
 
 @dataclass(frozen=True)

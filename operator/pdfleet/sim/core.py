@@ -12,7 +12,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from pdfleet.engine.timing import kv_transfer_time, transfer_link
+from pdfleet import POOLS
+from pdfleet.perfmodel.timing import kv_transfer_time, transfer_link
 from pdfleet.router.policy import (
     PrefixAffinity,
     choose_decode,
@@ -25,7 +26,6 @@ from pdfleet.sim.engine import SimEngine, SimSeq
 from pdfleet.sim.observe import PoolStats
 from pdfleet.sim.trace import TraceRequest
 
-PD_POOLS = ("prefill", "decode")
 COLOCATED_POOL = "decode"  # colocated instances run both phases; they are counted as one pool under this name
 SNAPSHOT_S = 5.0  # cadence of counter snapshots for windowed rates
 WARMUP_S = 60.0  # no scaling decision before one full metrics window of the trace (the fleet ran before it)
@@ -115,7 +115,7 @@ class Simulation:
         self.fleet = fleet
         self.trace = trace
         self.policy = policy
-        self.pools = PD_POOLS if fleet.disaggregated else (COLOCATED_POOL,)
+        self.pools = POOLS if fleet.disaggregated else (COLOCATED_POOL,)
         self.stats = {pool: PoolStats(pool) for pool in self.pools}
         self.replicas: dict[str, list[Replica]] = {pool: [] for pool in self.pools}
         self.all_replicas: list[Replica] = []

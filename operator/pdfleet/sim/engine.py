@@ -1,4 +1,4 @@
-"""One simulated engine instance: vLLM-style continuous batching costed by `pdfleet.engine.timing.step_time`.
+"""One simulated engine instance: vLLM-style continuous batching costed by `pdfleet.perfmodel.timing.step_time`.
 
 Batch-step model, not token events: a step holding prefill work (chunked, up to max_num_batched_tokens, decodes
 first) is one event; a run of pure-decode steps with an unchanged batch is one *span* event that ends at the first
@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import OrderedDict, deque
-from pdfleet.engine.timing import Hardware, StepLoad, chunk_attention_pairs, step_time
+from pdfleet.perfmodel.timing import Hardware, StepLoad, chunk_attention_pairs, step_time
 from pdfleet.sim.observe import PoolStats
 
 SPAN_CONTEXT_GROWTH = 0.05  # a span ends once the batch's context grew this much, so its step time stays accurate

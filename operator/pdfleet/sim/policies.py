@@ -1,6 +1,6 @@
 """The scaling policies compared side by side, all as simulator ScalingPolicy objects.
 
-- pdfleet: the operator's own policy code (`pdfleet.autoscale.fleet.decide_fleet`) with the API's defaults.
+- pdfleet: the operator's own policy code (`pdfleet.autoscale.fleet_decision.decide_fleet`) with the API's defaults.
 - hpa-queue: the same HPA machinery with only the queue-depth signal and HPA's default behaviour (scale-up at most
   4 pods per period, scale-down unlimited after the 300 s stabilization window).
 - static-peak / static-mean: fixed replica counts sized from the profile for the busiest minute / the average load.
@@ -15,10 +15,11 @@ from typing import Any, Mapping
 
 from pdfleet.api.model import PDDeploymentSpec
 from pdfleet.autoscale.config import FleetPolicyConfig, policy_config_from_spec
-from pdfleet.autoscale.fleet import decide_fleet
+from pdfleet.autoscale.fleet_decision import decide_fleet
 from pdfleet.autoscale.policy import PoolScalerState, Recommendation
 from pdfleet.sim.config import FleetConfig
-from pdfleet.sim.core import COLOCATED_POOL, PD_POOLS, FleetView, ScalingPolicy
+from pdfleet import POOLS
+from pdfleet.sim.core import COLOCATED_POOL, FleetView, ScalingPolicy
 from pdfleet.sim.planner import PlannerPolicy
 from pdfleet.sim.profile import mean_lengths, sla_capacity, static_sizes
 from pdfleet.sim.trace import TraceRequest
@@ -86,13 +87,13 @@ def pdfleet_config(fleet: FleetConfig, tuning: Mapping[str, Any] | None = None) 
     {"maxScaleUpStep": 2}) or one ({"prefill.targetLatencyMs": 250, "decode.capacityTokensPerSecond": 6000}),
     AutoscalerSpec fields as {"autoscaler.intervalSeconds": 10}.
     """
-    pools: dict[str, dict[str, Any]] = {p: {"enabled": True, "maxReplicas": fleet.max_replicas} for p in PD_POOLS}
+    pools: dict[str, dict[str, Any]] = {p: {"enabled": True, "maxReplicas": fleet.max_replicas} for p in POOLS}
     autoscaler: dict[str, Any] = {}
     for key, value in (tuning or {}).items():
         scope, _, name = key.rpartition(".")
         if scope == "autoscaler":
             autoscaler[name] = value
-        elif scope in PD_POOLS:
+        elif scope in POOLS:
             pools[scope][name] = value
         elif not scope:
             for settings in pools.values():
@@ -107,7 +108,7 @@ def pdfleet_config(fleet: FleetConfig, tuning: Mapping[str, Any] | None = None) 
                             "--gpu-memory-utilization", str(fleet.gpu_memory_utilization)]},
         "kvTransfer": {"cacheDtype": _api_cache_dtype(fleet.kv_cache_dtype)},
         **{p: {"gpusPerReplica": fleet.gpus_per_replica, "gpuProduct": fleet.gpu, "autoscaling": pools[p]}
-           for p in PD_POOLS},
+           for p in POOLS},
         "sla": {"ttftMs": fleet.ttft_ms, "tpotMs": fleet.tpot_ms, "percentile": fleet.percentile},
         "autoscaler": autoscaler,
     })
@@ -160,6 +161,6 @@ def build_policy(name: str, fleet: FleetConfig, trace: list[TraceRequest],
         options = dict(tuning or {})
         if options.pop("seedCapacity", False):
             profiled = sla_capacity(fleet, *mean_lengths(trace))
-            options = {**{f"{pool}.capacityTokensPerSecond": profiled[pool] for pool in PD_POOLS}, **options}
+            options = {**{f"{pool}.capacityTokensPerSecond": profiled[pool] for pool in POOLS}, **options}
         return AutoscalerPolicy(name, pdfleet_config(fleet, options), sizes[fleet.scaler_start]), fleet
     raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")

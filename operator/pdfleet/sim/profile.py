@@ -1,7 +1,7 @@
 """Offline profile of one instance from the timing model: what a pre-deployment profiling sweep would measure.
 
 Used to size the static baselines, by the planner-style scaler (its interpolators) and to seed pdfleet's capacity
-signal. The computation is the autoscaler's capacity prior (`pdfleet.autoscale.prior`) on the fleet's replica; these
+signal. The computation is the autoscaler's capacity prior (`pdfleet.perfmodel.replica`) on the fleet's replica; these
 are its fleet-config entry points.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from pdfleet.autoscale import prior
-from pdfleet.autoscale.prior import ReplicaModel
+from pdfleet.perfmodel import replica as prior
+from pdfleet.perfmodel.replica import ReplicaModel
 from pdfleet.sim.config import FleetConfig
 from pdfleet.sim.trace import TraceRequest
 
@@ -65,7 +65,7 @@ def mean_lengths(trace: list[TraceRequest]) -> tuple[float, float]:
 
 
 def sla_capacity(fleet: FleetConfig, isl: float, osl: float) -> dict[str, float]:
-    """Tokens/s per replica at the fleet's SLA for mean lengths isl/osl (`pdfleet.autoscale.prior.sla_capacity`)."""
+    """Tokens/s per replica at the fleet's SLA for mean lengths isl/osl (`pdfleet.perfmodel.replica.sla_capacity`)."""
     return prior.sla_capacity(fleet_replica(fleet), fleet.tpot_ms, isl, osl)
 
 

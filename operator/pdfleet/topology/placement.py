@@ -27,7 +27,8 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from pdfleet.api.model import POOLS, PDDeploymentSpec, PoolSpec
+from pdfleet import POOLS
+from pdfleet.api.model import PDDeploymentSpec, PoolSpec
 from pdfleet.topology.inventory import NodeInfo
 from pdfleet.topology.names import cell_name
 

@@ -28,11 +28,11 @@ from typing import Any, TypeVar
 import httpx
 
 from pdfleet import API_GROUP, API_VERSION, PLURAL
-from pdfleet.testing.controlplane import RACK_LABEL, LocalControlPlane, wait_until
-from pdfleet.testing.discovery import PodTargetDiscovery
-from pdfleet.testing.operator import OperatorProcess, install_crd
-from pdfleet.testing.podrunner import LocalPodRunner
-from pdfleet.testing.prometheus import PrometheusServer, ScrapeTarget, start_prometheus
+from pdfleet.localfleet.controlplane import RACK_LABEL, LocalControlPlane, wait_until
+from pdfleet.localfleet.discovery import PodTargetDiscovery
+from pdfleet.localfleet.operator_process import OperatorProcess, install_crd
+from pdfleet.localfleet.podrunner import LocalPodRunner
+from pdfleet.localfleet.prometheus import PrometheusServer, ScrapeTarget, start_prometheus
 
 log = logging.getLogger("pdfleet.fleet")
 T = TypeVar("T")

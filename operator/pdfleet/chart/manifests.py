@@ -2,7 +2,7 @@
 scripts/render_manifests.py and the drift tests).
 
 1. charts/pdfleet/crds/: the PDDeployment CRD copied from crds/ (its single source, generated from the pydantic model).
-2. charts/pdfleet/dashboards/*.json, files/alert-rules.yaml, files/rbac-rules.yaml: from pdfleet.observability.
+2. charts/pdfleet/dashboards/*.json, files/alert-rules.yaml, files/rbac-rules.yaml: from pdfleet.chart.
 3. manifests/*.yaml: `helm template` of the chart with default values, split by kind group and prefixed with the
    Namespace, so `kubectl apply -f manifests/` installs what `helm install` with defaults installs.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from pdfleet.observability import alerts, dashboards, rbac
-from pdfleet.testing.controlplane import cache_bin_dir
+from pdfleet.chart import alerts, dashboards, rbac
+from pdfleet.localfleet.controlplane import cache_bin_dir
 
 REPO = Path(__file__).resolve().parents[3]  # a source checkout: the chart lives beside the package
 CHART = REPO / "charts" / "pdfleet"

@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import pdfleet.autoscale.handlers  # noqa: F401 - registers the autoscaler daemon with Kopf
     import pdfleet.reconcile.handlers  # noqa: F401 - registers the reconcile handlers with Kopf
-    from pdfleet.observability.fleet_metrics import FleetStateCollector
+    from pdfleet.operator.fleet_metrics import FleetStateCollector
 
     REGISTRY.register(FleetStateCollector(lambda: list(pdfleet.reconcile.handlers.FLEETS.values())))
     if args.metrics_port:

@@ -25,9 +25,9 @@ from typing import Any
 
 from pdfleet.sim.trace import TraceRequest
 from pdfleet.sim.workload import LoadProfile
-from pdfleet.testing.controlplane import MissingBinariesError
-from pdfleet.testing.fleet import LocalFleet
-from pdfleet.testing.replay import (
+from pdfleet.localfleet.controlplane import MissingBinariesError
+from pdfleet.localfleet.harness import LocalFleet
+from pdfleet.loadgen.replay import (
     RequestResult,
     Sla,
     arrivals_per_second,

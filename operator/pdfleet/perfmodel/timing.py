@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pdfleet.engine.presets import GpuPreset, InterconnectPreset, ModelPreset
+from pdfleet.perfmodel.presets import GpuPreset, InterconnectPreset, ModelPreset
 
 KV_DTYPE_BYTES = {"auto": 2, "bf16": 2, "bfloat16": 2, "fp16": 2, "half": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
                   "int8": 1}

@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from pdfleet.observability import fleet_metrics as fm
-from pdfleet.observability.queries import (DASHBOARD_SELECTOR, QUANTILES, RATE_WINDOW, engine_quantile, engine_rate,
+from pdfleet.operator import fleet_metrics as fm
+from pdfleet.chart.queries import (DASHBOARD_SELECTOR, QUANTILES, RATE_WINDOW, engine_quantile, engine_rate,
                                            engine_series, histogram_quantile, ratio)
 from pdfleet.router.policy import SAME_RACK
 

@@ -23,7 +23,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import httpx
 import yaml
 
-from pdfleet.testing.controlplane import die_with_parent_hook
+from pdfleet.localfleet.controlplane import die_with_parent_hook
 
 DEFAULT_BINARY = "/usr/bin/prometheus"
 ENGINE_JOB = "pdfleet-engines"

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
-POOLS = ("prefill", "decode")
+from pdfleet import POOLS
+
 LOCALITIES = ("required", "preferred", "any")
 
 

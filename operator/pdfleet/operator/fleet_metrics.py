@@ -1,12 +1,12 @@
 """Per-PDDeployment gauges computed from the PDDeployment objects (spec + status) the operator already holds, and the
 names of the autoscaler's own metrics, so dashboards and alerts have one place to get every operator-side name.
 
-The autoscaler exports its decisions itself (pdfleet.autoscale.handlers: desired replicas, signals, decisions,
+The autoscaler exports its decisions itself (pdfleet.autoscale.metrics: desired replicas, signals, decisions,
 metrics availability, drains). What it does not export, dashboards and alerts still need: each fleet's SLA targets,
 its replicas by state and its autoscaling bounds. The status and spec already hold them, so one pure function turns
 PDDeployment bodies into samples and a prometheus_client collector exposes them at scrape time (no state to keep in
 sync). Every series carries `namespace`, `pdd` (and `pool` where it applies): the target labels engine pods are
-relabelled to (pdfleet.testing.prometheus.engine_pod_relabel_configs), so PromQL joins them `on (namespace, pdd, pool)`.
+relabelled to (pdfleet.localfleet.prometheus.engine_pod_relabel_configs), so PromQL joins them `on (namespace, pdd, pool)`.
 
 Wiring in the operator: `prometheus_client.REGISTRY.register(FleetStateCollector(bodies))` where `bodies()` returns
 the current PDDeployment objects (e.g. from a Kopf index on pddeployments).
@@ -23,8 +23,9 @@ from prometheus_client import metrics as client_metrics
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from pdfleet.api.model import POOLS, PDDeploymentStatus, SpecError, parse_spec
-from pdfleet.autoscale import handlers as autoscaler
+from pdfleet import POOLS
+from pdfleet.api.model import PDDeploymentStatus, SpecError, parse_spec
+from pdfleet.autoscale import metrics as autoscaler
 
 
 def _exposed_name(metric: client_metrics.MetricWrapperBase) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from pdfleet.reconcile.kube import APPLIED_HASH_ANNOTATION
+from pdfleet.cluster.kube import APPLIED_HASH_ANNOTATION
 from pdfleet.render.meta import LABEL_CELL, LABEL_COMPONENT, LABEL_POOL, LABEL_RACK, LABEL_ZONE
 
 

@@ -12,7 +12,7 @@ import urllib.request
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pdfleet.reconcile.observed import PodState
+from pdfleet.cluster.observed import PodState
 from pdfleet.render.meta import ROUTER_COMPONENT
 from pdfleet.render.router import url_host
 

@@ -1,4 +1,5 @@
-"""Per-replica capacity at the SLA from the engine timing model: the autoscaler's prior and the simulator's profile.
+"""One engine replica in the timing model, and its capacity at the SLA: the autoscaler's prior and the simulator's
+profile.
 
 What an offline profiling sweep of one instance would measure: prompt tokens/s prefilling back to back and generated
 tokens/s at the largest decode batch within the TPOT target, each derated to the share that still meets the SLA under
@@ -9,9 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import Any
 
-from pdfleet.engine.presets import gpu_preset, model_preset
-from pdfleet.engine.timing import Hardware, decode_step_time, kv_capacity_tokens, prefill_time
+from pdfleet.perfmodel.presets import gpu_preset, model_preset
+from pdfleet.perfmodel.timing import Hardware, decode_step_time, kv_capacity_tokens, prefill_time
+from pdfleet.perfmodel.vllm_args import vllm_batch_limits
 
 # Share of a replica's profiled capacity that still meets the SLA under bursty arrivals: prefill queues (TTFT tails
 # grow fast past ~0.55 on the Azure conv trace), decode only loses batch slots (ITL stays within target).
@@ -47,6 +50,22 @@ def replica_model(model_name: str, gpu_product: str | None, tp: int, kv_cache_dt
         return None
     replica = ReplicaModel(hardware, max_num_seqs, max_num_batched_tokens, gpu_memory_utilization)
     return replica if replica.kv_capacity_tokens > 0 else None
+
+
+@lru_cache(maxsize=256)
+def _engine_replica_model(engine_kind: str, engine_args: tuple[str, ...], model_name: str, gpu_product: str | None,
+                          tp: int, kv_cache_dtype: str) -> ReplicaModel | None:
+    limits = vllm_batch_limits(list(engine_args)) if engine_kind == "vllm" else {}
+    return replica_model(model_name, gpu_product, tp, kv_cache_dtype, **limits)
+
+
+def pool_replica_model(spec: Any, pool: str) -> ReplicaModel | None:
+    """The ReplicaModel of one pool of a PDDeploymentSpec (model, the pool's GPUs, KV dtype, vLLM batch args), or None
+    when its gpuProduct or the model matches no preset. Built once per distinct input: the autoscaler asks every
+    interval, and the engine args are parsed only when the spec changes."""
+    pool_spec = spec.pool(pool)
+    return _engine_replica_model(spec.engine.kind, tuple(spec.engine.args), spec.model.name, pool_spec.gpu_product,
+                                 pool_spec.gpus_per_replica, spec.kv_transfer.cache_dtype)
 
 
 def _bucket(tokens: float) -> int:

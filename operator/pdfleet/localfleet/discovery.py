@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pdfleet.testing.prometheus import PrometheusServer, ScrapeTarget, pod_scrape_targets
+from pdfleet.localfleet.prometheus import PrometheusServer, ScrapeTarget, pod_scrape_targets
 
 log = logging.getLogger("pdfleet.discovery")
 

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import httpx
 
-from pdfleet.engine.launcher import free_port
+from pdfleet.testing.engine_process import free_port
 
 
 class RouterProcess:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pdfleet.api.model import POOLS, PDDeploymentSpec
+from pdfleet import POOLS
+from pdfleet.api.model import PDDeploymentSpec
 from pdfleet.render.meta import Owner
 from pdfleet.render.pdb import render_pool_pdb
 from pdfleet.render.router import render_router_deployment

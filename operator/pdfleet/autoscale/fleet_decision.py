@@ -12,7 +12,7 @@ from typing import Mapping
 
 from pdfleet.autoscale.config import FleetPolicyConfig
 from pdfleet.autoscale.policy import Decision, PoolScalerState, decide_pool
-from pdfleet.autoscale.promql import POOLS
+from pdfleet import POOLS
 from pdfleet.autoscale.signals import PoolReading
 
 _EPS = 1e-9

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdfleet.testing.controlplane import GPU_PRODUCT_LABEL
+from pdfleet.localfleet.controlplane import GPU_PRODUCT_LABEL
 
 log = logging.getLogger("pdfleet.podrunner")
 

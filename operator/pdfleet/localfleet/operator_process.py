@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from pdfleet.testing.controlplane import die_with_parent_hook, free_port, wait_until
+from pdfleet.localfleet.controlplane import die_with_parent_hook, free_port, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CRD_PATH = REPO_ROOT / "crds" / "pdfleet.dev_pddeployments.yaml"

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import yaml
 
-from pdfleet.observability import fleet_metrics as fm
-from pdfleet.observability.queries import engine_quantile, engine_series
+from pdfleet.operator import fleet_metrics as fm
+from pdfleet.chart.queries import engine_quantile, engine_series
 
 WINDOW = "5m"
 FLEET = "namespace, pdd"
