@@ -25,10 +25,17 @@ from pdfleet.localfleet.operator_process import OperatorProcess, install_crd
 
 def fleet_body(name: str) -> dict:
     pool = {"replicas": 2, "gpusPerReplica": 1, "gpuProduct": "NVIDIA-H100-80GB-HBM3"}
-    return {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": "PDDeployment", "metadata": {"name": name},
-            "spec": {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
-                     "engine": {"kind": "vllm", "image": "vllm/vllm-openai:v0.11.0"},
-                     "prefill": dict(pool), "decode": dict(pool)}}
+    return {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": "PDDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+            "engine": {"kind": "vllm", "image": "vllm/vllm-openai:v0.11.0"},
+            "prefill": dict(pool),
+            "decode": dict(pool),
+        },
+    }
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -54,26 +61,36 @@ def main() -> int:
                 started = time.perf_counter()
                 custom.create_namespaced_custom_object(API_GROUP, API_VERSION, "bench", PLURAL, fleet_body(name))
                 selector = f"app.kubernetes.io/instance={name}"
-                wait_until(lambda: len(apps.list_namespaced_stateful_set("bench", label_selector=selector).items) == 4,
-                           60, f"StatefulSets of {name}", interval=0.01)
+                wait_until(
+                    lambda: len(apps.list_namespaced_stateful_set("bench", label_selector=selector).items) == 4,
+                    60,
+                    f"StatefulSets of {name}",
+                    interval=0.01,
+                )
                 latencies.append(time.perf_counter() - started)
 
             time.sleep(5)  # settle: status and fleet views written, pods created and bound
             writes = operator.metric_sum("pdfleet_operator_reconcile_writes_total")
             reconciles = operator.metric_sum("pdfleet_operator_reconciles_total")
             for index in range(args.objects):
-                pod = core.list_namespaced_pod("bench", label_selector=f"app.kubernetes.io/instance=fleet-{index:02d}",
-                                               limit=1).items[0]
+                pod = core.list_namespaced_pod(
+                    "bench", label_selector=f"app.kubernetes.io/instance=fleet-{index:02d}", limit=1
+                ).items[0]
                 core.patch_namespaced_pod(pod.metadata.name, "bench", {"metadata": {"labels": {"bench": "touch"}}})
-            wait_until(lambda: operator.metric_sum("pdfleet_operator_reconciles_total") >= reconciles + args.objects,
-                       60, "a reconcile of every touched fleet")
+            wait_until(
+                lambda: operator.metric_sum("pdfleet_operator_reconciles_total") >= reconciles + args.objects,
+                60,
+                "a reconcile of every touched fleet",
+            )
             time.sleep(1)
             woken = operator.metric_sum("pdfleet_operator_reconciles_total") - reconciles
             extra_writes = operator.metric_sum("pdfleet_operator_reconcile_writes_total") - writes
 
     print(f"apply -> all cell StatefulSets created, over {len(latencies)} PDDeployments:")
-    print(f"  p50 {percentile(latencies, 50) * 1000:.0f} ms   p99 {percentile(latencies, 99) * 1000:.0f} ms   "
-          f"max {max(latencies) * 1000:.0f} ms   mean {statistics.mean(latencies) * 1000:.0f} ms")
+    print(
+        f"  p50 {percentile(latencies, 50) * 1000:.0f} ms   p99 {percentile(latencies, 99) * 1000:.0f} ms   "
+        f"max {max(latencies) * 1000:.0f} ms   mean {statistics.mean(latencies) * 1000:.0f} ms"
+    )
     print(f"no-op reconciles: {woken:.0f} ran, {extra_writes:.0f} API writes (target 0)")
     return 0 if extra_writes == 0 else 1
 

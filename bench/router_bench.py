@@ -84,10 +84,21 @@ async def _load(url: str, requests: int, concurrency: int, stream: bool, max_tok
     pool = UpstreamPool(host, int(port), connect_timeout=5.0)
     loop = asyncio.get_running_loop()
     head = b"POST /v1/completions HTTP/1.1\r\nHost: %s:%s\r\nContent-Type: application/json\r\n" % (
-        host.encode(), port.encode())
-    bodies = [json.dumps({"model": MODEL, "prompt": f"{SHARED_PREFIX} question {i % 97}: what is {i}?",
-                          "max_tokens": max_tokens, "ignore_eos": True, "stream": stream}).encode()
-              for i in range(requests)]
+        host.encode(),
+        port.encode(),
+    )
+    bodies = [
+        json.dumps(
+            {
+                "model": MODEL,
+                "prompt": f"{SHARED_PREFIX} question {i % 97}: what is {i}?",
+                "max_tokens": max_tokens,
+                "ignore_eos": True,
+                "stream": stream,
+            }
+        ).encode()
+        for i in range(requests)
+    ]
     counter = iter(range(requests))
     ttfc: list[float] = []
     stats = {"ok": 0, "errors": 0, "events": 0, "error_samples": []}
@@ -175,8 +186,14 @@ class Proc:
 
 def start(name: str, argv: list[str], workdir: Path, env: dict[str, str] | None = None) -> Proc:
     log = workdir / f"{name}.log"
-    popen = subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
-                             env={**os.environ, **(env or {})}, cwd=workdir)
+    popen = subprocess.Popen(
+        argv,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, **(env or {})},
+        cwd=workdir,
+    )
     return Proc(name, popen, log)
 
 
@@ -206,37 +223,97 @@ def start_engines() -> list[EngineProcess]:
     engines: list[EngineProcess] = []
     for role, ports in (("prefill", PREFILL_PORTS), ("decode", DECODE_PORTS)):
         for port, rack in zip(ports, RACKS):
-            engines.append(start_engine(role, port, rack=rack, model=MODEL, extra_args=["--emulator-zero-delay"],
-                                        startup_timeout=60))
+            engines.append(
+                start_engine(
+                    role, port, rack=rack, model=MODEL, extra_args=["--emulator-zero-delay"], startup_timeout=60
+                )
+            )
     return engines
 
 
 def fleet_file(workdir: Path) -> Path:
-    endpoints = [{"name": f"{pool}-{rack}", "pool": pool, "url": f"http://127.0.0.1:{port}", "rack": rack,
-                  "zone": "zone-1", "draining": False}
-                 for pool, ports in (("prefill", PREFILL_PORTS), ("decode", DECODE_PORTS))
-                 for port, rack in zip(ports, RACKS)]
+    endpoints = [
+        {
+            "name": f"{pool}-{rack}",
+            "pool": pool,
+            "url": f"http://127.0.0.1:{port}",
+            "rack": rack,
+            "zone": "zone-1",
+            "draining": False,
+        }
+        for pool, ports in (("prefill", PREFILL_PORTS), ("decode", DECODE_PORTS))
+        for port, rack in zip(ports, RACKS)
+    ]
     path = workdir / "fleet.json"
-    path.write_text(json.dumps({"version": 1, "generation": 1, "model": MODEL, "endpoints": endpoints,
-                                "policy": {"locality": "preferred", "disaggregateMinPromptTokens": 256}}))
+    path.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "generation": 1,
+                "model": MODEL,
+                "endpoints": endpoints,
+                "policy": {"locality": "preferred", "disaggregateMinPromptTokens": 256},
+            }
+        )
+    )
     return path
 
 
 def router_command(kind: str, port: int, metrics_port: int, workdir: Path) -> list[str]:
     if kind == "ours":
-        return [sys.executable, "-m", "pdfleet", "router", "--fleet-file", str(fleet_file(workdir)), "--host",
-                "127.0.0.1", "--port", str(port), "--admin-port", str(metrics_port), "--log-level", "warning"]
+        return [
+            sys.executable,
+            "-m",
+            "pdfleet",
+            "router",
+            "--fleet-file",
+            str(fleet_file(workdir)),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--admin-port",
+            str(metrics_port),
+            "--log-level",
+            "warning",
+        ]
     bootstrap = (19001, 19002)
     prefill = [x for p, b in zip(PREFILL_PORTS, bootstrap) for x in ("--prefill", f"http://127.0.0.1:{p}", str(b))]
     decode = [x for p in DECODE_PORTS for x in ("--decode", f"http://127.0.0.1:{p}")]
-    common = ["--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin",
-              "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port)]
+    common = [
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--policy",
+        "round_robin",
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        str(metrics_port),
+    ]
     if kind == "sglang":
-        return [str(PEERS_VENV / "bin" / "python"), "-m", "sglang_router.launch_router", "--pd-disaggregation",
-                *common, *prefill, *decode, "--log-level", "warn"]
+        return [
+            str(PEERS_VENV / "bin" / "python"),
+            "-m",
+            "sglang_router.launch_router",
+            "--pd-disaggregation",
+            *common,
+            *prefill,
+            *decode,
+            "--log-level",
+            "warn",
+        ]
     prefill = [x for p in PREFILL_PORTS for x in ("--prefill", f"http://127.0.0.1:{p}")]
-    return [str(PEERS_VENV / "bin" / "vllm-router"), "--vllm-pd-disaggregation", *common, *prefill, *decode,
-            "--log-level", "warning"]
+    return [
+        str(PEERS_VENV / "bin" / "vllm-router"),
+        "--vllm-pd-disaggregation",
+        *common,
+        *prefill,
+        *decode,
+        "--log-level",
+        "warning",
+    ]
 
 
 # ------------------------------------------------------------------------------------------------------ measuring
@@ -252,11 +329,22 @@ class Result:
     notes: list[str] = field(default_factory=list)
 
 
-def run_load(url: str, router_pid: int, requests: int, concurrency: int, stream: bool,
-             max_tokens: int) -> tuple[dict, float]:
+def run_load(
+    url: str, router_pid: int, requests: int, concurrency: int, stream: bool, max_tokens: int
+) -> tuple[dict, float]:
     """Run the load generator process; (its results, router CPU seconds spent meanwhile)."""
-    argv = [sys.executable, __file__, "--loadgen", url, "--requests", str(requests), "--concurrency", str(concurrency),
-            "--max-tokens", str(max_tokens)] + (["--stream"] if stream else [])
+    argv = [
+        sys.executable,
+        __file__,
+        "--loadgen",
+        url,
+        "--requests",
+        str(requests),
+        "--concurrency",
+        str(concurrency),
+        "--max-tokens",
+        str(max_tokens),
+    ] + (["--stream"] if stream else [])
     cpu0 = tree_cpu_seconds(router_pid)
     out = subprocess.run(argv, capture_output=True, timeout=240, check=True)
     cpu = tree_cpu_seconds(router_pid) - cpu0
@@ -265,8 +353,12 @@ def run_load(url: str, router_pid: int, requests: int, concurrency: int, stream:
 
 def bench_router(kind: str, args: argparse.Namespace, workdir: Path, index: int) -> Result:
     port, metrics_port = 30001 + index, 29001 + index
-    proc = start(f"router-{kind}", router_command(kind, port, metrics_port, workdir), workdir,
-                 env={"HF_HUB_OFFLINE": "1", "RUST_LOG": "warn"})
+    proc = start(
+        f"router-{kind}",
+        router_command(kind, port, metrics_port, workdir),
+        workdir,
+        env={"HF_HUB_OFFLINE": "1", "RUST_LOG": "warn"},
+    )
     url = f"http://127.0.0.1:{port}"
     probe = json.dumps({"model": MODEL, "prompt": SHARED_PREFIX, "max_tokens": 2}).encode()
     result = Result(kind)
@@ -302,11 +394,15 @@ def print_table(results: list[Result]) -> None:
     cols = ("router", "req/s", "CPU µs/req", "chunks/s", "CPU µs/chunk", "p99 TTFC ms", "errors")
     print("\n" + " | ".join(f"{c:>16}" for c in cols))
     for r in results:
-        cells = (r.router, f"{r.rps:8.0f} {ratio(r, 'rps')}",
-                 f"{r.cpu_us_per_request:7.0f} {ratio(r, 'cpu_us_per_request')}",
-                 f"{r.chunks_per_s:8.0f} {ratio(r, 'chunks_per_s')}",
-                 f"{r.cpu_us_per_chunk:7.2f} {ratio(r, 'cpu_us_per_chunk')}",
-                 f"{r.p99_ttfc_ms:7.1f} {ratio(r, 'p99_ttfc_ms')}", str(r.errors))
+        cells = (
+            r.router,
+            f"{r.rps:8.0f} {ratio(r, 'rps')}",
+            f"{r.cpu_us_per_request:7.0f} {ratio(r, 'cpu_us_per_request')}",
+            f"{r.chunks_per_s:8.0f} {ratio(r, 'chunks_per_s')}",
+            f"{r.cpu_us_per_chunk:7.2f} {ratio(r, 'cpu_us_per_chunk')}",
+            f"{r.p99_ttfc_ms:7.1f} {ratio(r, 'p99_ttfc_ms')}",
+            str(r.errors),
+        )
         print(" | ".join(f"{c:>16}" for c in cells))
     for r in results:
         for note in r.notes:

@@ -9,8 +9,8 @@ import pytest
 
 from pdfleet.localfleet.controlplane import MissingBinariesError, namespace_name_for
 from pdfleet.localfleet.harness import LocalFleet
-from pdfleet.testing.prerequisites import missing_prerequisite
 from pdfleet.localfleet.prometheus import prometheus_binary
+from pdfleet.testing.prerequisites import missing_prerequisite
 
 
 @pytest.fixture(scope="session")

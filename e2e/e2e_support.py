@@ -11,20 +11,35 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pdfleet import POOLS
-from pdfleet.sim.trace import TraceRequest
-from pdfleet.sim.workload import LoadProfile, generate
+from pdfleet.loadgen.replay import RequestResult, replay
 from pdfleet.localfleet.demo import demo_pdd
 from pdfleet.localfleet.harness import LocalFleet
-from pdfleet.loadgen.replay import RequestResult, replay
+from pdfleet.sim.trace import TraceRequest
+from pdfleet.sim.workload import LoadProfile, generate
 
 
-
-def e2e_pdd(fleet: LocalFleet, name: str, namespace: str, *, prefill: int = 1, decode: int = 1,
-            autoscale: Sequence[str] = (), max_replicas: int = 3, scale_down_s: int = 15) -> dict[str, Any]:
+def e2e_pdd(
+    fleet: LocalFleet,
+    name: str,
+    namespace: str,
+    *,
+    prefill: int = 1,
+    decode: int = 1,
+    autoscale: Sequence[str] = (),
+    max_replicas: int = 3,
+    scale_down_s: int = 15,
+) -> dict[str, Any]:
     """The demo's PDDeployment (L4 nodes, Llama-3.1-8B) with fast autoscaling (3 s interval, 10 s window) on `autoscale`."""
     assert fleet.prometheus is not None
-    pdd = demo_pdd(fleet.prometheus.url, name=name, namespace=namespace, max_replicas=max_replicas, interval_s=3,
-                   window_s=10, scale_down_s=scale_down_s)
+    pdd = demo_pdd(
+        fleet.prometheus.url,
+        name=name,
+        namespace=namespace,
+        max_replicas=max_replicas,
+        interval_s=3,
+        window_s=10,
+        scale_down_s=scale_down_s,
+    )
     for pool, replicas in (("prefill", prefill), ("decode", decode)):
         pdd["spec"][pool]["replicas"] = replicas
         pdd["spec"][pool]["autoscaling"]["enabled"] = pool in autoscale
@@ -46,8 +61,15 @@ def phased_trace(phases: Sequence[Phase], seed: int = 0) -> list[TraceRequest]:
     trace: list[TraceRequest] = []
     offset = 0.0
     for index, phase in enumerate(phases):
-        profile = LoadProfile(kind="steady", duration_s=phase.seconds, base_rps=phase.rps, prompt_median=phase.prompt,
-                              prompt_sigma=0.2, output_median=phase.output, output_sigma=0.2)
+        profile = LoadProfile(
+            kind="steady",
+            duration_s=phase.seconds,
+            base_rps=phase.rps,
+            prompt_median=phase.prompt,
+            prompt_sigma=0.2,
+            output_median=phase.output,
+            output_sigma=0.2,
+        )
         trace += [replace(r, arrival=r.arrival + offset) for r in generate(profile, seed + index)]
         offset += phase.seconds
     return trace

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from e2e_support import BackgroundLoad, Phase, ReplicaLog, e2e_pdd, failures, phased_trace
 
+from e2e_support import BackgroundLoad, Phase, ReplicaLog, e2e_pdd, failures, phased_trace
 from pdfleet.localfleet.harness import LocalFleet
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from e2e_support import BackgroundLoad, Phase, e2e_pdd, phased_trace
 
+from e2e_support import BackgroundLoad, Phase, e2e_pdd, phased_trace
 from pdfleet.localfleet.harness import LocalFleet
 
 dashboards = pytest.importorskip("pdfleet.chart.dashboards")
@@ -25,14 +25,19 @@ def test_every_dashboard_query_returns_data(fleet: LocalFleet, namespace: str):
     fleet.apply(e2e_pdd(fleet, "dash", namespace, prefill=1, decode=1, autoscale=["prefill"], max_replicas=2))
     fleet.wait_serving(namespace, "dash")
     prefill = fleet.pods(namespace, "dash", "prefill")[0]
-    httpx.post(f"http://{prefill['status']['podIP']}:8000/internal/faults", json={"fail_kv_source": 2},
-               trust_env=False, timeout=5).raise_for_status()
+    httpx.post(
+        f"http://{prefill['status']['podIP']}:8000/internal/faults",
+        json={"fail_kv_source": 2},
+        trust_env=False,
+        timeout=5,
+    ).raise_for_status()
     with BackgroundLoad(fleet.router_url(namespace, "dash"), phased_trace([Phase(25, 5, 1000, 8)])) as load:
         load.wait(timeout=80)
     queries = [(uid, title, concrete(expr, namespace, "dash")) for uid, title, expr in dashboards.panel_queries()]
 
     def empty() -> list[str]:
         return [f"{uid} / {title}: {expr}" for uid, title, expr in queries if not fleet.query(expr)]
+
     try:
         fleet.wait_for(lambda: not empty(), 40, "every dashboard query to return data", interval=2)
     except TimeoutError:

@@ -5,14 +5,15 @@ from __future__ import annotations
 import time
 
 import pytest
-from e2e_support import BackgroundLoad, Phase, e2e_pdd, failures, phased_trace
 
+from e2e_support import BackgroundLoad, Phase, e2e_pdd, failures, phased_trace
 from pdfleet.localfleet.harness import LocalFleet
 
 
 @pytest.mark.timeout(150)
 def test_killing_a_prefill_pod_mid_load_loses_no_request_and_the_statefulset_brings_it_back(
-        fleet: LocalFleet, namespace: str):
+    fleet: LocalFleet, namespace: str
+):
     fleet.apply(e2e_pdd(fleet, "kill", namespace, prefill=2, decode=2))
     fleet.wait_serving(namespace, "kill")
     trace = phased_trace([Phase(30, 4, 1000, 16)])
@@ -21,7 +22,8 @@ def test_killing_a_prefill_pod_mid_load_loses_no_request_and_the_statefulset_bri
         endpoints = fleet.router_endpoints(namespace, "kill")
         victim = max((e for e in endpoints if e["pool"] == "prefill"), key=lambda e: e["inflight"])["name"]
         old_uid = next(p for p in fleet.pods(namespace, "kill", "prefill") if p["metadata"]["name"] == victim)[
-            "metadata"]["uid"]
+            "metadata"
+        ]["uid"]
         fleet.kill_pod(namespace, victim)
         results = load.wait(timeout=80)
     assert failures(results) == [], f"{len(failures(results))} of {len(results)} requests failed"
@@ -29,6 +31,7 @@ def test_killing_a_prefill_pod_mid_load_loses_no_request_and_the_statefulset_bri
     def recreated() -> bool:
         pod = next((p for p in fleet.pods(namespace, "kill", "prefill") if p["metadata"]["name"] == victim), None)
         return pod is not None and pod["metadata"]["uid"] != old_uid
+
     fleet.wait_for(recreated, 30, f"{victim} recreated by its StatefulSet")
     fleet.wait_serving(namespace, "kill", timeout=60)
 
@@ -44,8 +47,11 @@ def test_removing_the_nodes_of_a_rack_replaces_the_fleet_on_the_other_rack(fleet
     try:
         for node in fleet.nodes_of_rack(rack):
             fleet.delete_node(node)
-        fleet.wait_for(lambda: fleet.ready_by_rack(namespace, "racks") == {"prefill": {other: 1}, "decode": {other: 1}},
-                       90, f"fleet re-placed on {other}")
+        fleet.wait_for(
+            lambda: fleet.ready_by_rack(namespace, "racks") == {"prefill": {other: 1}, "decode": {other: 1}},
+            90,
+            f"fleet re-placed on {other}",
+        )
         fleet.wait_serving(namespace, "racks", timeout=60)
         cells = fleet.get(namespace, "racks")["status"]["cells"]
         assert {c["rack"] for c in cells} == {other}, cells
@@ -66,6 +72,11 @@ def test_operator_restart_mid_scale_converges(fleet: LocalFleet, namespace: str)
         pdd = fleet.get(namespace, "restart")
         status = pdd.get("status", {})
         ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
-        return (status.get("observedGeneration") == pdd["metadata"]["generation"] and ready.get("status") == "True"
-                and status["prefill"]["readyReplicas"] == 3 and status["decode"]["readyReplicas"] == 2)
+        return (
+            status.get("observedGeneration") == pdd["metadata"]["generation"]
+            and ready.get("status") == "True"
+            and status["prefill"]["readyReplicas"] == 3
+            and status["decode"]["readyReplicas"] == 2
+        )
+
     fleet.wait_for(converged, 30, "status converged after the restart")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 
-from pdfleet.chart import manifests as m  # noqa: E402 - after the path fix, for runs outside the venv
+from pdfleet.chart import manifests as m
 
 
 def main(argv: list[str]) -> int:

@@ -18,9 +18,9 @@ import pytest
 from kubernetes import client
 
 from pdfleet import API_GROUP, API_VERSION, PLURAL
-from pdfleet.testing.engine_process import EngineProcess, start_engine
 from pdfleet.localfleet.controlplane import wait_until
 from pdfleet.localfleet.prometheus import ScrapeTarget, start_prometheus
+from pdfleet.testing.engine_process import EngineProcess, start_engine
 
 NAME = "scaled"
 MODEL = "llama-8b"
@@ -39,8 +39,9 @@ def engines() -> Iterator[dict[str, list[EngineProcess]]]:
     try:
         for pool, role in (("prefill", "kv_producer"), ("decode", "kv_consumer")):
             for rack in ("rack-a", "rack-b"):
-                started[pool].append(start_engine(pool, rack=rack, served_model_name=MODEL,
-                                                  extra_args=kv_config(role) + EMULATOR_ARGS))
+                started[pool].append(
+                    start_engine(pool, rack=rack, served_model_name=MODEL, extra_args=kv_config(role) + EMULATOR_ARGS)
+                )
         yield started
     finally:
         for processes in started.values():
@@ -51,14 +52,23 @@ def engines() -> Iterator[dict[str, list[EngineProcess]]]:
 class Load:
     """Closed-loop load on some engines from `concurrency` threads per engine until stopped (bounded by `limit_s`)."""
 
-    def __init__(self, engines: list[EngineProcess], concurrency: int, prompt_tokens: int, max_tokens: int,
-                 limit_s: float = 120.0):
+    def __init__(
+        self,
+        engines: list[EngineProcess],
+        concurrency: int,
+        prompt_tokens: int,
+        max_tokens: int,
+        limit_s: float = 120.0,
+    ):
         self.stop_at = time.monotonic() + limit_s
         self.stopped = threading.Event()
         self.errors: list[str] = []
         body = {"model": MODEL, "prompt": "word " * prompt_tokens, "max_tokens": max_tokens, "ignore_eos": True}
-        self.threads = [threading.Thread(target=self._loop, args=(engine.url, body), daemon=True)
-                        for engine in engines for _ in range(concurrency)]
+        self.threads = [
+            threading.Thread(target=self._loop, args=(engine.url, body), daemon=True)
+            for engine in engines
+            for _ in range(concurrency)
+        ]
         for thread in self.threads:
             thread.start()
 
@@ -77,10 +87,16 @@ class Load:
 
 
 def test_each_pool_scales_on_its_own_signal_drains_before_shrinking_and_holds_without_metrics(
-        pdfleet_operator: Any, kube: Any, namespace: str, engines: dict[str, list[EngineProcess]]):
-    targets = [ScrapeTarget(f"{e.host}:{e.port}", {"namespace": namespace, "pdd": NAME, "pool": pool,
-                                                    "pod": f"{NAME}-{pool}-{e.rack}-0", "rack": e.rack})
-               for pool, processes in engines.items() for e in processes]
+    pdfleet_operator: Any, kube: Any, namespace: str, engines: dict[str, list[EngineProcess]]
+):
+    targets = [
+        ScrapeTarget(
+            f"{e.host}:{e.port}",
+            {"namespace": namespace, "pdd": NAME, "pool": pool, "pod": f"{NAME}-{pool}-{e.rack}-0", "rack": e.rack},
+        )
+        for pool, processes in engines.items()
+        for e in processes
+    ]
     custom = client.CustomObjectsApi(kube)
 
     def pdd() -> dict[str, Any]:
@@ -91,13 +107,21 @@ def test_each_pool_scales_on_its_own_signal_drains_before_shrinking_and_holds_wi
         return {pool: spec[pool]["replicas"] for pool in ("prefill", "decode")}
 
     def events(reason: str) -> list[str]:
-        return [e.message for e in client.CoreV1Api(kube).list_namespaced_event(namespace).items
-                if e.involved_object.name == NAME and e.reason == reason]
+        return [
+            e.message
+            for e in client.CoreV1Api(kube).list_namespaced_event(namespace).items
+            if e.involved_object.name == NAME and e.reason == reason
+        ]
 
     with start_prometheus(targets=targets, scrape_interval=1.0) as prometheus:
         prometheus.wait_for_healthy_targets(4)
-        scaling = {"enabled": True, "minReplicas": 2, "maxReplicas": 6, "scaleDownStabilizationSeconds": 8,
-                   "targetQueueDepthPerReplica": 50}
+        scaling = {
+            "enabled": True,
+            "minReplicas": 2,
+            "maxReplicas": 6,
+            "scaleDownStabilizationSeconds": 8,
+            "targetQueueDepthPerReplica": 50,
+        }
         spec = {
             "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "servedModelName": MODEL},
             "engine": {"kind": "vllm", "image": "vllm/vllm-openai:v0.11.0"},
@@ -107,9 +131,18 @@ def test_each_pool_scales_on_its_own_signal_drains_before_shrinking_and_holds_wi
             "autoscaler": {"intervalSeconds": 2, "windowSeconds": 6},
             "prometheus": {"url": prometheus.url},
         }
-        custom.create_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, {
-            "apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": "PDDeployment", "metadata": {"name": NAME},
-            "spec": spec})
+        custom.create_namespaced_custom_object(
+            API_GROUP,
+            API_VERSION,
+            namespace,
+            PLURAL,
+            {
+                "apiVersion": f"{API_GROUP}/{API_VERSION}",
+                "kind": "PDDeployment",
+                "metadata": {"name": NAME},
+                "spec": spec,
+            },
+        )
 
         # 1. Prefill-heavy load: TTFT breaches, prefill scales up, decode stays.
         load = Load(engines["prefill"], concurrency=6, prompt_tokens=1000, max_tokens=1)

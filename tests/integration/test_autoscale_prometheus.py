@@ -13,9 +13,9 @@ import math
 import socket
 import threading
 import time
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 from dataclasses import dataclass, field
 from typing import Iterator
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import httpx
 import pytest
@@ -82,13 +82,18 @@ class LinearEngineCollector:
     def collect(self):
         """Yield every metric at its current linear value."""
         load, names, elapsed = self.load, self.load.names, time.time() - self.started
-        for name, value in ((names.waiting_gauge, load.waiting), (names.running_gauge, load.running),
-                            (names.kv_usage_gauge, load.kv_usage)):
+        for name, value in (
+            (names.waiting_gauge, load.waiting),
+            (names.running_gauge, load.running),
+            (names.kv_usage_gauge, load.kv_usage),
+        ):
             gauge = GaugeMetricFamily(name, "fake", labels=["model_name"])
             gauge.add_metric(["fake-model"], value)
             yield gauge
-        for name, rate in ((names.prompt_tokens_counter, load.prompt_tps),
-                           (names.generation_tokens_counter, load.gen_tps)):
+        for name, rate in (
+            (names.prompt_tokens_counter, load.prompt_tps),
+            (names.generation_tokens_counter, load.gen_tps),
+        ):
             counter = CounterMetricFamily(name.removesuffix("_total"), "fake", labels=["model_name"])
             counter.add_metric(["fake-model"], rate * elapsed)
             yield counter
@@ -112,37 +117,105 @@ def _labels(pdd: str, pool: str, pod: str, rack: str, namespace: str = NAMESPACE
 # (target labels, load): two vLLM pools of "llama", an SGLang fleet "sgl", a prefill-only "half", and a decoy "llama"
 # in another namespace with huge values that must never leak into the results.
 FLEET = [
-    (_labels("llama", "prefill", "llama-prefill-rack-a-0", "rack-a"),
-     EngineLoad(VLLM_METRICS, waiting=3, running=2, kv_usage=0.2, prompt_tps=1000, gen_tps=10, request_rate=2,
-                ttft_rates={0.5: 10.0})),
-    (_labels("llama", "prefill", "llama-prefill-rack-b-0", "rack-b"),
-     EngineLoad(VLLM_METRICS, waiting=5, running=4, kv_usage=0.4, prompt_tps=3000, gen_tps=10, request_rate=3,
-                ttft_rates={1.0: 10.0})),
-    (_labels("llama", "decode", "llama-decode-rack-a-0", "rack-a"),
-     EngineLoad(VLLM_METRICS, waiting=1, running=32, kv_usage=0.75, gen_tps=1500, request_rate=4,
-                itl_rates={0.05: 100.0})),
-    (_labels("sgl", "prefill", "sgl-prefill-rack-a-0", "rack-a"),
-     EngineLoad(SGLANG_METRICS, waiting=2, running=1, kv_usage=0.1, prompt_tps=500, request_rate=1,
-                ttft_rates={0.25: 4.0})),
-    (_labels("sgl", "decode", "sgl-decode-rack-a-0", "rack-a"),
-     EngineLoad(SGLANG_METRICS, waiting=0, running=8, kv_usage=0.5, gen_tps=400, request_rate=1,
-                itl_rates={0.02: 50.0})),
-    (_labels("half", "prefill", "half-prefill-rack-a-0", "rack-a"),
-     EngineLoad(VLLM_METRICS, waiting=1, running=1, prompt_tps=100, request_rate=1, ttft_rates={0.1: 1.0})),
-    (_labels("llama", "prefill", "llama-prefill-rack-z-0", "rack-z", namespace="other"),
-     EngineLoad(VLLM_METRICS, waiting=1000, running=1000, prompt_tps=1e6, request_rate=100,
-                ttft_rates={2.5: 100.0})),
+    (
+        _labels("llama", "prefill", "llama-prefill-rack-a-0", "rack-a"),
+        EngineLoad(
+            VLLM_METRICS,
+            waiting=3,
+            running=2,
+            kv_usage=0.2,
+            prompt_tps=1000,
+            gen_tps=10,
+            request_rate=2,
+            ttft_rates={0.5: 10.0},
+        ),
+    ),
+    (
+        _labels("llama", "prefill", "llama-prefill-rack-b-0", "rack-b"),
+        EngineLoad(
+            VLLM_METRICS,
+            waiting=5,
+            running=4,
+            kv_usage=0.4,
+            prompt_tps=3000,
+            gen_tps=10,
+            request_rate=3,
+            ttft_rates={1.0: 10.0},
+        ),
+    ),
+    (
+        _labels("llama", "decode", "llama-decode-rack-a-0", "rack-a"),
+        EngineLoad(
+            VLLM_METRICS, waiting=1, running=32, kv_usage=0.75, gen_tps=1500, request_rate=4, itl_rates={0.05: 100.0}
+        ),
+    ),
+    (
+        _labels("sgl", "prefill", "sgl-prefill-rack-a-0", "rack-a"),
+        EngineLoad(
+            SGLANG_METRICS, waiting=2, running=1, kv_usage=0.1, prompt_tps=500, request_rate=1, ttft_rates={0.25: 4.0}
+        ),
+    ),
+    (
+        _labels("sgl", "decode", "sgl-decode-rack-a-0", "rack-a"),
+        EngineLoad(
+            SGLANG_METRICS, waiting=0, running=8, kv_usage=0.5, gen_tps=400, request_rate=1, itl_rates={0.02: 50.0}
+        ),
+    ),
+    (
+        _labels("half", "prefill", "half-prefill-rack-a-0", "rack-a"),
+        EngineLoad(VLLM_METRICS, waiting=1, running=1, prompt_tps=100, request_rate=1, ttft_rates={0.1: 1.0}),
+    ),
+    (
+        _labels("llama", "prefill", "llama-prefill-rack-z-0", "rack-z", namespace="other"),
+        EngineLoad(VLLM_METRICS, waiting=1000, running=1000, prompt_tps=1e6, request_rate=100, ttft_rates={2.5: 100.0}),
+    ),
 ]
 
 EXPECTED = {
-    ("llama", "prefill"): dict(ttft_p=0.9, itl_p=None, queue_total=8, running_total=6, kv_usage=0.3, prompt_tps=4000,
-                               gen_tps=20, request_rate=5, replicas_reporting=2),
-    ("llama", "decode"): dict(ttft_p=None, itl_p=0.047, queue_total=1, running_total=32, kv_usage=0.75, prompt_tps=0,
-                              gen_tps=1500, request_rate=4, replicas_reporting=1),
-    ("sgl", "prefill"): dict(ttft_p=0.235, itl_p=None, queue_total=2, running_total=1, kv_usage=0.1, prompt_tps=500,
-                             gen_tps=0, request_rate=1, replicas_reporting=1),
-    ("sgl", "decode"): dict(ttft_p=None, itl_p=0.019, queue_total=0, running_total=8, kv_usage=0.5, prompt_tps=0,
-                            gen_tps=400, request_rate=1, replicas_reporting=1),
+    ("llama", "prefill"): dict(
+        ttft_p=0.9,
+        itl_p=None,
+        queue_total=8,
+        running_total=6,
+        kv_usage=0.3,
+        prompt_tps=4000,
+        gen_tps=20,
+        request_rate=5,
+        replicas_reporting=2,
+    ),
+    ("llama", "decode"): dict(
+        ttft_p=None,
+        itl_p=0.047,
+        queue_total=1,
+        running_total=32,
+        kv_usage=0.75,
+        prompt_tps=0,
+        gen_tps=1500,
+        request_rate=4,
+        replicas_reporting=1,
+    ),
+    ("sgl", "prefill"): dict(
+        ttft_p=0.235,
+        itl_p=None,
+        queue_total=2,
+        running_total=1,
+        kv_usage=0.1,
+        prompt_tps=500,
+        gen_tps=0,
+        request_rate=1,
+        replicas_reporting=1,
+    ),
+    ("sgl", "decode"): dict(
+        ttft_p=None,
+        itl_p=0.019,
+        queue_total=0,
+        running_total=8,
+        kv_usage=0.5,
+        prompt_tps=0,
+        gen_tps=400,
+        request_rate=1,
+        replicas_reporting=1,
+    ),
 }
 
 
@@ -250,8 +323,17 @@ def test_both_metric_name_spellings_are_stored(prometheus):
 
 
 def test_cli_reads_signals(prometheus, capsys):
-    argv = ["signals", "--prometheus", prometheus.url, "--namespace", NAMESPACE, "--pdd", "llama",
-            "--window", str(WINDOW_S)]
+    argv = [
+        "signals",
+        "--prometheus",
+        prometheus.url,
+        "--namespace",
+        NAMESPACE,
+        "--pdd",
+        "llama",
+        "--window",
+        str(WINDOW_S),
+    ]
     assert autoscale_cli.main(argv) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["prefill"]["type"] == "PoolSignals" and printed["prefill"]["replicas_reporting"] == 2

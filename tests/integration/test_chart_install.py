@@ -20,32 +20,53 @@ from pdfleet.chart import manifests as render
 from pdfleet.localfleet.controlplane import LocalControlPlane, cache_bin_dir, wait_until
 from pdfleet.localfleet.operator_process import OperatorProcess, install_crd
 
-
 CHART = str(render.CHART)
 HELM = render.find_helm()
 pytestmark = pytest.mark.skipif(HELM is None, reason="helm not installed (bash .ci/install-control-plane.sh)")
 EVERYTHING_ON = ("--set", "monitoring.enabled=true", "--set", "sample.enabled=true", "--set", "operator.replicas=2")
-MONITORING_KINDS = (("ServiceMonitor", "servicemonitors"), ("PodMonitor", "podmonitors"),
-                    ("PrometheusRule", "prometheusrules"))
+MONITORING_KINDS = (
+    ("ServiceMonitor", "servicemonitors"),
+    ("PodMonitor", "podmonitors"),
+    ("PrometheusRule", "prometheusrules"),
+)
 DENIED = ("Forbidden", "forbidden", " 403", "Not enough permissions")
 
 
 def monitoring_crd(kind: str, plural: str) -> dict[str, Any]:
     """A minimal stand-in of a Prometheus Operator CRD: the real group/version/kind, any spec."""
     return {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
         "metadata": {"name": f"{plural}.monitoring.coreos.com"},
-        "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
-                 "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
-                 "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                     "type": "object", "properties": {"spec": {"type": "object",
-                                                               "x-kubernetes-preserve-unknown-fields": True}}}}}]},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                        }
+                    },
+                }
+            ],
+        },
     }
 
 
 def kubectl(plane: LocalControlPlane, *args: str, stdin: str | None = None) -> str:
-    result = subprocess.run([str(cache_bin_dir() / "kubectl"), "--kubeconfig", str(plane.kubeconfig), *args],
-                            input=stdin, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [str(cache_bin_dir() / "kubectl"), "--kubeconfig", str(plane.kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, f"kubectl {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
     return result.stdout
 
@@ -70,16 +91,28 @@ def release(control_plane: LocalControlPlane, kube: Any) -> Iterator[dict[str, s
     suffix = uuid.uuid4().hex[:6]
     name, namespace = f"pdf-{suffix}", f"chart-install-{suffix}"
     control_plane.create_namespace(namespace)
-    notes = render.run_helm(HELM, "install", name, CHART, "--namespace", namespace, "--kubeconfig",
-                            str(control_plane.kubeconfig), *EVERYTHING_ON)
+    notes = render.run_helm(
+        HELM,
+        "install",
+        name,
+        CHART,
+        "--namespace",
+        namespace,
+        "--kubeconfig",
+        str(control_plane.kubeconfig),
+        *EVERYTHING_ON,
+    )
     try:
         yield {"name": name, "namespace": namespace, "notes": notes, "fullname": f"{name}-pdfleet"}
     finally:
-        render.run_helm(HELM, "uninstall", name, "--namespace", namespace, "--kubeconfig",
-                        str(control_plane.kubeconfig))
+        render.run_helm(
+            HELM, "uninstall", name, "--namespace", namespace, "--kubeconfig", str(control_plane.kubeconfig)
+        )
         control_plane.delete_namespace(namespace)
-        for crd in [f"{p}.monitoring.coreos.com" for _, p in MONITORING_KINDS] + \
-                   ["clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"]:
+        for crd in [f"{p}.monitoring.coreos.com" for _, p in MONITORING_KINDS] + [
+            "clusterkopfpeerings.kopf.dev",
+            "kopfpeerings.kopf.dev",
+        ]:
             try:
                 ext.delete_custom_resource_definition(crd)
             except ApiException as error:
@@ -108,17 +141,28 @@ def test_helm_install_creates_the_operator_objects(release: dict[str, str], kube
     assert f"kubectl -n {ns} rollout status deployment/{full}" in release["notes"]
 
 
-def test_every_rendered_object_passes_server_side_validation(release: dict[str, str],
-                                                             control_plane: LocalControlPlane) -> None:
-    rendered = render.run_helm(HELM, "template", "dryrun", CHART, "--namespace", release["namespace"],
-                               *EVERYTHING_ON, "--set", "operator.watchNamespaces={default}")
+def test_every_rendered_object_passes_server_side_validation(
+    release: dict[str, str], control_plane: LocalControlPlane
+) -> None:
+    rendered = render.run_helm(
+        HELM,
+        "template",
+        "dryrun",
+        CHART,
+        "--namespace",
+        release["namespace"],
+        *EVERYTHING_ON,
+        "--set",
+        "operator.watchNamespaces={default}",
+    )
     objects = [o for o in yaml.safe_load_all(rendered) if o]
     out = kubectl(control_plane, "apply", "--dry-run=server", "-f", "-", stdin=rendered)
     assert len(out.strip().splitlines()) == len(objects), out
 
 
-def test_kubectl_apply_manifests_installs_what_the_chart_defaults_install(control_plane: LocalControlPlane,
-                                                                          kube: Any) -> None:
+def test_kubectl_apply_manifests_installs_what_the_chart_defaults_install(
+    control_plane: LocalControlPlane, kube: Any
+) -> None:
     install_crd(kube)
     manifests = render.MANIFESTS
     kubectl(control_plane, "apply", "-f", str(manifests))
@@ -133,8 +177,11 @@ def test_kubectl_apply_manifests_installs_what_the_chart_defaults_install(contro
 def service_account_kubeconfig(plane: LocalControlPlane, kube: Any, namespace: str, account: str, path: Path) -> Path:
     """A kubeconfig that authenticates as the ServiceAccount (its token Secret, as 1.20 creates them)."""
     core = client.CoreV1Api(kube)
-    secret_name = wait_until(lambda: (core.read_namespaced_service_account(account, namespace).secrets or [None])[0],
-                             30, f"token of {namespace}/{account}").name
+    secret_name = wait_until(
+        lambda: (core.read_namespaced_service_account(account, namespace).secrets or [None])[0],
+        30,
+        f"token of {namespace}/{account}",
+    ).name
     token = base64.b64decode(core.read_namespaced_secret(secret_name, namespace).data["token"]).decode()
     config = yaml.safe_load(plane.kubeconfig.read_text())
     config["users"] = [{"name": config["users"][0]["name"], "user": {"token": token}}]
@@ -142,27 +189,51 @@ def service_account_kubeconfig(plane: LocalControlPlane, kube: Any, namespace: s
     return path
 
 
-def test_operator_reconciles_with_only_the_chart_rbac(release: dict[str, str], control_plane: LocalControlPlane,
-                                                      kube: Any, gpu_racks: list[str], tmp_path: Path) -> None:
+def test_operator_reconciles_with_only_the_chart_rbac(
+    release: dict[str, str], control_plane: LocalControlPlane, kube: Any, gpu_racks: list[str], tmp_path: Path
+) -> None:
     ns = release["namespace"]
     kubeconfig = service_account_kubeconfig(control_plane, kube, ns, release["fullname"], tmp_path / "sa.kubeconfig")
     custom, apps = client.CustomObjectsApi(kube), client.AppsV1Api(kube)
-    body = {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": "PDDeployment", "metadata": {"name": "rbac-check"},
-            "spec": {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
-                     "prefill": {"replicas": 1}, "decode": {"replicas": 1}}}
+    body = {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": "PDDeployment",
+        "metadata": {"name": "rbac-check"},
+        "spec": {
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+            "prefill": {"replicas": 1},
+            "decode": {"replicas": 1},
+        },
+    }
     with OperatorProcess(kubeconfig, extra_env={"PDFLEET_RESYNC_SECONDS": "2"}) as operator:
         custom.create_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL, body)
         selector = "app.kubernetes.io/instance=rbac-check"
-        wait_until(lambda: len(apps.list_namespaced_stateful_set(ns, label_selector=selector).items) >= 2, 30,
-                   f"cell StatefulSets (log: {operator.log_path})")
-        wait_until(lambda: (custom.get_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL, "rbac-check")
-                            .get("status") or {}).get("observedGeneration"), 30, "status written")
-        wait_until(lambda: operator.metric_sum('pdfleet_operator_reconciles_total{result="ok"}') >= 2, 30,
-                   "a second reconcile")
+        wait_until(
+            lambda: len(apps.list_namespaced_stateful_set(ns, label_selector=selector).items) >= 2,
+            30,
+            f"cell StatefulSets (log: {operator.log_path})",
+        )
+        wait_until(
+            lambda: (
+                custom.get_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL, "rbac-check").get("status")
+                or {}
+            ).get("observedGeneration"),
+            30,
+            "status written",
+        )
+        wait_until(
+            lambda: operator.metric_sum('pdfleet_operator_reconciles_total{result="ok"}') >= 2, 30, "a second reconcile"
+        )
         custom.delete_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL, "rbac-check")
-        wait_until(lambda: not custom.list_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL,
-                                                                    field_selector="metadata.name=rbac-check")["items"],
-                   30, "finalizer removed by the operator")
+        wait_until(
+            lambda: (
+                not custom.list_namespaced_custom_object(
+                    API_GROUP, API_VERSION, ns, PLURAL, field_selector="metadata.name=rbac-check"
+                )["items"]
+            ),
+            30,
+            "finalizer removed by the operator",
+        )
         assert operator.metric_sum('pdfleet_operator_reconciles_total{result="error"}') == 0, operator.log_tail()
         log = operator.log_path.read_text(errors="replace")
     denied = [line for line in log.splitlines() if any(word in line for word in DENIED)]

@@ -14,11 +14,11 @@ import pytest
 from kubernetes import client
 
 from pdfleet import API_GROUP, API_VERSION, PLURAL
-from pdfleet.testing.engine_process import EngineProcess, start_engine
-from pdfleet.testing.router_process import RouterProcess
 from pdfleet.chart import alerts, dashboards
 from pdfleet.localfleet.operator_process import OperatorProcess
 from pdfleet.localfleet.prometheus import PrometheusServer, ScrapeTarget, prometheus_binary, start_prometheus
+from pdfleet.testing.engine_process import EngineProcess, start_engine
+from pdfleet.testing.router_process import RouterProcess
 
 pytestmark = pytest.mark.skipif(prometheus_binary() is None, reason="prometheus not installed (Debian package)")
 
@@ -47,8 +47,9 @@ def fleet_spec(prometheus_url: str) -> dict[str, Any]:
 def engines() -> Iterator[tuple[EngineProcess, EngineProcess]]:
     """A prefill whose first two KV pulls fail (router retries and falls back) and a decode, in one rack."""
     speed = ("--emulator-speedup", "20")
-    prefill = start_engine("prefill", rack=RACK, served_model_name=MODEL,
-                           extra_args=(*speed, "--fault-fail-kv-source", "2"))
+    prefill = start_engine(
+        "prefill", rack=RACK, served_model_name=MODEL, extra_args=(*speed, "--fault-fail-kv-source", "2")
+    )
     try:
         decode = start_engine("decode", rack=RACK, served_model_name=MODEL, extra_args=speed)
         try:
@@ -64,8 +65,12 @@ def send_traffic(router: RouterProcess, requests: int) -> list[int]:
     statuses = []
     with httpx.Client(base_url=f"http://127.0.0.1:{router.port}", timeout=30) as http:
         for i in range(requests):
-            body = {"model": MODEL, "prompt": LONG_PROMPT if i % 2 == 0 else SHORT_PROMPT, "max_tokens": 8,
-                    "stream": True}
+            body = {
+                "model": MODEL,
+                "prompt": LONG_PROMPT if i % 2 == 0 else SHORT_PROMPT,
+                "max_tokens": 8,
+                "stream": True,
+            }
             with http.stream("POST", "/v1/completions", json=body) as reply:
                 reply.read()
                 statuses.append(reply.status_code)
@@ -90,29 +95,48 @@ def concrete(expr: str, namespace: str) -> str:
     return expr
 
 
-def test_every_panel_and_alert_signal_returns_data(engines: tuple[EngineProcess, EngineProcess], namespace: str,
-                                                   kube: Any, pdfleet_operator: OperatorProcess) -> None:
+def test_every_panel_and_alert_signal_returns_data(
+    engines: tuple[EngineProcess, EngineProcess], namespace: str, kube: Any, pdfleet_operator: OperatorProcess
+) -> None:
     prefill, decode = engines
     target = {"namespace": namespace, "pdd": PDD, "rack": RACK}
     custom = client.CustomObjectsApi(kube)
-    router = RouterProcess({"version": 1, "generation": 1, "model": MODEL, "endpoints": [
-        {"name": f"{PDD}-prefill-{RACK}-0", "pool": "prefill", "url": prefill.url, "rack": RACK, "zone": "z1"},
-        {"name": f"{PDD}-decode-{RACK}-0", "pool": "decode", "url": decode.url, "rack": RACK, "zone": "z1"},
-    ], "policy": {"maxPrefillRetries": 1, "maxDecodeRetries": 1}},
-        ["--health-interval", "0.5", "--shutdown-grace", "1"])
+    router = RouterProcess(
+        {
+            "version": 1,
+            "generation": 1,
+            "model": MODEL,
+            "endpoints": [
+                {"name": f"{PDD}-prefill-{RACK}-0", "pool": "prefill", "url": prefill.url, "rack": RACK, "zone": "z1"},
+                {"name": f"{PDD}-decode-{RACK}-0", "pool": "decode", "url": decode.url, "rack": RACK, "zone": "z1"},
+            ],
+            "policy": {"maxPrefillRetries": 1, "maxDecodeRetries": 1},
+        },
+        ["--health-interval", "0.5", "--shutdown-grace", "1"],
+    )
     try:
         scrape = [
             ScrapeTarget(f"127.0.0.1:{prefill.port}", {**target, "pool": "prefill", "pod": f"{PDD}-prefill-{RACK}-0"}),
             ScrapeTarget(f"127.0.0.1:{decode.port}", {**target, "pool": "decode", "pod": f"{PDD}-decode-{RACK}-0"}),
-            ScrapeTarget(f"127.0.0.1:{router.admin_port}",
-                         {"namespace": namespace, "pdd": PDD, "pod": f"{PDD}-router-0"}),
+            ScrapeTarget(
+                f"127.0.0.1:{router.admin_port}", {"namespace": namespace, "pdd": PDD, "pod": f"{PDD}-router-0"}
+            ),
             # the operator's series (autoscaler decisions, fleet-state gauges) carry namespace/pdd themselves
             ScrapeTarget(f"127.0.0.1:{pdfleet_operator.metrics_port}"),
         ]
         with start_prometheus(scrape, scrape_interval=1.0) as prometheus:
-            custom.create_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, {
-                "apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": "PDDeployment", "metadata": {"name": PDD},
-                "spec": fleet_spec(prometheus.url)})
+            custom.create_namespaced_custom_object(
+                API_GROUP,
+                API_VERSION,
+                namespace,
+                PLURAL,
+                {
+                    "apiVersion": f"{API_GROUP}/{API_VERSION}",
+                    "kind": "PDDeployment",
+                    "metadata": {"name": PDD},
+                    "spec": fleet_spec(prometheus.url),
+                },
+            )
             prometheus.wait_for_healthy_targets(len(scrape))
             panels = [(uid, title, concrete(expr, namespace)) for uid, title, expr in dashboards.panel_queries()]
             signals = [(a.name, a.signal) for a in alerts.alerts()]
@@ -120,8 +144,11 @@ def test_every_panel_and_alert_signal_returns_data(engines: tuple[EngineProcess,
             deadline = time.monotonic() + WAIT_S
             while True:
                 statuses = send_traffic(router, 6)
-                empty = [f"{uid} / {title}: {expr}" for uid, title, expr in panels
-                         if not has_finite_value(instant(prometheus, expr))]
+                empty = [
+                    f"{uid} / {title}: {expr}"
+                    for uid, title, expr in panels
+                    if not has_finite_value(instant(prometheus, expr))
+                ]
                 empty += [f"alert signal {name}: {expr}" for name, expr in signals if not instant(prometheus, expr)]
                 silent = sorted(a.name for a in alerts.alerts() if a.name in firing and not instant(prometheus, a.expr))
                 if (not empty and not silent) or time.monotonic() > deadline:

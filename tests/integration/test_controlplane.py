@@ -41,10 +41,22 @@ def gpu_pod(name: str, gpus: int, rack: str) -> dict[str, Any]:
         "kind": "Pod",
         "metadata": {"name": name},
         "spec": {
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": RACK_LABEL, "operator": "In", "values": [rack]}]}]}}},
-            "containers": [{"name": "engine", "image": "registry.invalid/engine:0",
-                            "resources": {"limits": {GPU_RESOURCE: str(gpus)}}}],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": RACK_LABEL, "operator": "In", "values": [rack]}]}
+                        ]
+                    }
+                }
+            },
+            "containers": [
+                {
+                    "name": "engine",
+                    "image": "registry.invalid/engine:0",
+                    "resources": {"limits": {GPU_RESOURCE: str(gpus)}},
+                }
+            ],
         },
     }
 
@@ -52,19 +64,44 @@ def gpu_pod(name: str, gpus: int, rack: str) -> dict[str, Any]:
 def test_statefulset_becomes_pods(api: client.ApiClient, namespace: str, fleet_nodes: dict[str, str]) -> None:
     apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
     labels = {"app": "cell"}
-    apps.create_namespaced_stateful_set(namespace, {
-        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "cell"},
-        "spec": {"serviceName": "cell", "replicas": 2, "podManagementPolicy": "Parallel",
-                 "selector": {"matchLabels": labels},
-                 "template": {"metadata": {"labels": labels},
-                              "spec": {
-                                  # other modules' nodes share the control plane: stay on this module's racks
-                                  "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                                      "nodeSelectorTerms": [{"matchExpressions": [{
-                                          "key": RACK_LABEL, "operator": "In",
-                                          "values": sorted(set(fleet_nodes.values()))}]}]}}},
-                                  "containers": [{"name": "engine", "image": "registry.invalid/engine:0"}]}}},
-    })
+    apps.create_namespaced_stateful_set(
+        namespace,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": "cell"},
+            "spec": {
+                "serviceName": "cell",
+                "replicas": 2,
+                "podManagementPolicy": "Parallel",
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        # other modules' nodes share the control plane: stay on this module's racks
+                        "affinity": {
+                            "nodeAffinity": {
+                                "requiredDuringSchedulingIgnoredDuringExecution": {
+                                    "nodeSelectorTerms": [
+                                        {
+                                            "matchExpressions": [
+                                                {
+                                                    "key": RACK_LABEL,
+                                                    "operator": "In",
+                                                    "values": sorted(set(fleet_nodes.values())),
+                                                }
+                                            ]
+                                        }
+                                    ]
+                                }
+                            }
+                        },
+                        "containers": [{"name": "engine", "image": "registry.invalid/engine:0"}],
+                    },
+                },
+            },
+        },
+    )
 
     def bound_pods() -> list[client.V1Pod]:
         pods = core.list_namespaced_pod(namespace, label_selector="app=cell").items
@@ -82,13 +119,15 @@ def test_scheduler_binds_gpu_pod_within_required_rack(
     core = client.CoreV1Api(api)
     core.create_namespaced_pod(namespace, gpu_pod("prefill", gpus=1, rack="cp-rack-b"))
 
-    node = wait_until(lambda: core.read_namespaced_pod("prefill", namespace).spec.node_name, WAIT_SECONDS,
-                      "the GPU pod to be bound")
+    node = wait_until(
+        lambda: core.read_namespaced_pod("prefill", namespace).spec.node_name, WAIT_SECONDS, "the GPU pod to be bound"
+    )
     assert fleet_nodes[node] == "cp-rack-b"
 
 
-def test_pod_asking_more_gpus_than_any_node_stays_pending(api: client.ApiClient, namespace: str,
-                                                          fleet_nodes: dict[str, str]) -> None:
+def test_pod_asking_more_gpus_than_any_node_stays_pending(
+    api: client.ApiClient, namespace: str, fleet_nodes: dict[str, str]
+) -> None:
     core = client.CoreV1Api(api)
     core.create_namespaced_pod(namespace, gpu_pod("too-big", gpus=9, rack="cp-rack-a"))
 
@@ -110,29 +149,41 @@ def test_owner_reference_garbage_collection_deletes_children(api: client.ApiClie
     parent = core.create_namespaced_config_map(namespace, {"metadata": {"name": "parent"}})
     owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "parent", "uid": parent.metadata.uid}
     for child in ("child-1", "child-2"):
-        core.create_namespaced_config_map(namespace, {"metadata": {"name": child, "labels": {"role": "child"},
-                                                                    "ownerReferences": [owner]}})
+        core.create_namespaced_config_map(
+            namespace, {"metadata": {"name": child, "labels": {"role": "child"}, "ownerReferences": [owner]}}
+        )
 
     core.delete_namespaced_config_map("parent", namespace)
 
-    wait_until(lambda: not core.list_namespaced_config_map(namespace, label_selector="role=child").items,
-               WAIT_SECONDS, "the garbage collector to delete the children")
+    wait_until(
+        lambda: not core.list_namespaced_config_map(namespace, label_selector="role=child").items,
+        WAIT_SECONDS,
+        "the garbage collector to delete the children",
+    )
 
 
 def test_custom_resource_definition_becomes_established_and_validates(api: client.ApiClient, namespace: str) -> None:
     extensions, custom = client.ApiextensionsV1Api(api), client.CustomObjectsApi(api)
     group, plural = "cptest.pdfleet.dev", "gadgets"
-    schema = {"type": "object", "properties": {"spec": {"type": "object", "properties": {
-        "size": {"type": "integer", "minimum": 1}}}}}
-    extensions.create_custom_resource_definition({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{group}"},
-        "spec": {"group": group, "scope": "Namespaced",
-                 "names": {"plural": plural, "singular": "gadget", "kind": "Gadget"},
-                 "versions": [{"name": "v1", "served": True, "storage": True,
-                               "schema": {"openAPIV3Schema": schema}}]},
-    })
+    schema = {
+        "type": "object",
+        "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer", "minimum": 1}}}},
+    }
+    extensions.create_custom_resource_definition(
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{group}"},
+            "spec": {
+                "group": group,
+                "scope": "Namespaced",
+                "names": {"plural": plural, "singular": "gadget", "kind": "Gadget"},
+                "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}],
+            },
+        }
+    )
     try:
+
         def established() -> bool:
             conditions = extensions.read_custom_resource_definition(f"{plural}.{group}").status.conditions or []
             return any(c.type == "Established" and c.status == "True" for c in conditions)
@@ -144,8 +195,9 @@ def test_custom_resource_definition_becomes_established_and_validates(api: clien
             return custom.create_namespaced_custom_object(group, "v1", namespace, plural, body)
 
         # Serving a new resource can lag Established by a moment; a 404 then is not the answer.
-        created = wait_until(lambda: _unless_not_found(lambda: create_gadget("ok", 3)), WAIT_SECONDS,
-                             "the custom resource to be served")
+        created = wait_until(
+            lambda: _unless_not_found(lambda: create_gadget("ok", 3)), WAIT_SECONDS, "the custom resource to be served"
+        )
         assert created["spec"]["size"] == 3
         with pytest.raises(ApiException) as rejected:
             create_gadget("bad", 0)

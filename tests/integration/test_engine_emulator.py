@@ -11,8 +11,14 @@ from pdfleet.testing.engine_process import start_engine
 SPEEDUP = ["--emulator-speedup", "5"]
 PROMPT = "word " * 400  # 2000 characters = 500 tokens = 31 full KV blocks of 16
 QWEN_KV_BYTES_PER_TOKEN = 2 * 24 * 2 * 64 * 2
-PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
-                  "remote_block_ids": None, "remote_host": None, "remote_port": None}
+PREFILL_PARAMS = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +45,7 @@ def sse_events(response: httpx.Response) -> list:
     frames = raw.split("\n\n")
     assert frames[-1] == ""
     assert all(f.startswith("data: ") for f in frames[:-1])
-    return [f[len("data: "):] for f in frames[:-1]]
+    return [f[len("data: ") :] for f in frames[:-1]]
 
 
 def stream(url: str, path: str, body: dict) -> tuple[int, list]:
@@ -58,22 +64,45 @@ def metric_samples(url: str) -> dict:
 
 
 def prefill(engine, prompt=PROMPT) -> dict:
-    response = httpx.post(engine.url + "/v1/completions", timeout=10, json={
-        "model": "qwen", "prompt": prompt, "max_tokens": 1, "stream": False, "kv_transfer_params": PREFILL_PARAMS})
+    response = httpx.post(
+        engine.url + "/v1/completions",
+        timeout=10,
+        json={
+            "model": "qwen",
+            "prompt": prompt,
+            "max_tokens": 1,
+            "stream": False,
+            "kv_transfer_params": PREFILL_PARAMS,
+        },
+    )
     assert response.status_code == 200, response.text
     return response.json()["kv_transfer_params"]
 
 
 def test_completions_non_stream_and_stream(both):
-    response = httpx.post(both.url + "/v1/completions", json={"model": "qwen", "prompt": "hello there",
-                                                              "max_tokens": 3}, timeout=10)
+    response = httpx.post(
+        both.url + "/v1/completions", json={"model": "qwen", "prompt": "hello there", "max_tokens": 3}, timeout=10
+    )
     body = response.json()
     assert response.status_code == 200 and body["object"] == "text_completion"
     assert body["choices"][0]["text"] == "alpha bravo charlie " and body["choices"][0]["finish_reason"] == "length"
-    assert body["usage"] == {"prompt_tokens": 3, "total_tokens": 6, "completion_tokens": 3,
-                             "prompt_tokens_details": None}
-    status, events = stream(both.url, "/v1/completions", {"model": "qwen", "prompt": [1, 2, 3, 4], "max_tokens": 50,
-                                                          "min_tokens": 5, "stream_options": {"include_usage": True}})
+    assert body["usage"] == {
+        "prompt_tokens": 3,
+        "total_tokens": 6,
+        "completion_tokens": 3,
+        "prompt_tokens_details": None,
+    }
+    status, events = stream(
+        both.url,
+        "/v1/completions",
+        {
+            "model": "qwen",
+            "prompt": [1, 2, 3, 4],
+            "max_tokens": 50,
+            "min_tokens": 5,
+            "stream_options": {"include_usage": True},
+        },
+    )
     assert status == 200 and events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     text_chunks, usage = chunks[:-1], chunks[-1]
@@ -84,13 +113,19 @@ def test_completions_non_stream_and_stream(both):
 
 def test_chat_non_stream_and_stream(both):
     messages = [{"role": "user", "content": "abcdefgh"}]
-    response = httpx.post(both.url + "/v1/chat/completions", timeout=10,
-                          json={"model": "qwen", "messages": messages, "max_completion_tokens": 2})
+    response = httpx.post(
+        both.url + "/v1/chat/completions",
+        timeout=10,
+        json={"model": "qwen", "messages": messages, "max_completion_tokens": 2},
+    )
     body = response.json()
     assert body["object"] == "chat.completion" and body["choices"][0]["message"]["content"] == "alpha bravo "
     assert body["usage"]["prompt_tokens"] == 3 + 4 + 2
-    status, events = stream(both.url, "/v1/chat/completions", {"model": "qwen", "messages": messages,
-                                                               "max_tokens": 600, "ignore_eos": False})
+    status, events = stream(
+        both.url,
+        "/v1/chat/completions",
+        {"model": "qwen", "messages": messages, "max_tokens": 600, "ignore_eos": False},
+    )
     chunks = [json.loads(e) for e in events[:-1]]
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert all(c["object"] == "chat.completion.chunk" and c["id"].startswith("chatcmpl-") for c in chunks)
@@ -104,8 +139,11 @@ def test_models_health_version_and_bad_requests(both):
     assert [m["id"] for m in httpx.get(both.url + "/v1/models").json()["data"]] == ["qwen"]
     wrong = httpx.post(both.url + "/v1/completions", json={"model": "other", "prompt": "x"})
     assert wrong.status_code == 404 and wrong.json()["error"]["type"] == "NotFoundError"
-    for body in ({"model": "qwen", "prompt": "x", "n": 2}, {"model": "qwen", "prompt": "x", "max_tokens": 10**6},
-                 {"model": "qwen"}):
+    for body in (
+        {"model": "qwen", "prompt": "x", "n": 2},
+        {"model": "qwen", "prompt": "x", "max_tokens": 10**6},
+        {"model": "qwen"},
+    ):
         response = httpx.post(both.url + "/v1/completions", json=body)
         assert response.status_code == 400 and response.json()["error"]["code"] == 400
 
@@ -117,28 +155,41 @@ def test_pd_handshake_pulls_kv_for_real(prefill_a, decode_a):
     assert params["remote_host"] == "127.0.0.1" and params["remote_rack"] == "rack-a" and params["tp_size"] == 1
     assert httpx.get(prefill_a.url + "/internal/state").json()["kv_held_requests"] == 1
     before = metric_samples(decode_a.url)
-    status, events = stream(decode_a.url, "/v1/completions", {"model": "qwen", "prompt": PROMPT, "max_tokens": 8,
-                                                              "kv_transfer_params": params})
+    status, events = stream(
+        decode_a.url,
+        "/v1/completions",
+        {"model": "qwen", "prompt": PROMPT, "max_tokens": 8, "kv_transfer_params": params},
+    )
     assert status == 200 and len(events) == 9 and events[-1] == "[DONE]"
     assert httpx.get(prefill_a.url + "/internal/state").json()["kv_held_requests"] == 0  # the pull freed them
     after = metric_samples(decode_a.url)
     labels = frozenset({"model_name": "qwen", "locality": "same_rack"}.items())
-    moved = after[("pdfleet_engine_kv_transfer_bytes_total", labels)] - before[
-        ("pdfleet_engine_kv_transfer_bytes_total", labels)]
+    moved = (
+        after[("pdfleet_engine_kv_transfer_bytes_total", labels)]
+        - before[("pdfleet_engine_kv_transfer_bytes_total", labels)]
+    )
     assert moved == 31 * 16 * QWEN_KV_BYTES_PER_TOKEN
-    assert after[("pdfleet_engine_kv_transfer_seconds_count", labels)] == \
-        before[("pdfleet_engine_kv_transfer_seconds_count", labels)] + 1
+    assert (
+        after[("pdfleet_engine_kv_transfer_seconds_count", labels)]
+        == before[("pdfleet_engine_kv_transfer_seconds_count", labels)] + 1
+    )
     # the blocks are gone: a second decode with the same params fails before any token
-    again = httpx.post(decode_a.url + "/v1/completions", timeout=10, json={
-        "model": "qwen", "prompt": PROMPT, "max_tokens": 8, "stream": True, "kv_transfer_params": params})
+    again = httpx.post(
+        decode_a.url + "/v1/completions",
+        timeout=10,
+        json={"model": "qwen", "prompt": PROMPT, "max_tokens": 8, "stream": True, "kv_transfer_params": params},
+    )
     assert again.status_code == 500 and "no KV blocks held" in again.json()["error"]["message"]
 
 
 def test_cross_rack_pull_is_labelled_cross_rack(prefill_a):
     with start_engine("decode", rack="rack-b", served_model_name="qwen", extra_args=SPEEDUP) as decode_b:
         params = prefill(prefill_a)
-        response = httpx.post(decode_b.url + "/v1/completions", timeout=10, json={
-            "model": "qwen", "prompt": PROMPT, "max_tokens": 2, "kv_transfer_params": params})
+        response = httpx.post(
+            decode_b.url + "/v1/completions",
+            timeout=10,
+            json={"model": "qwen", "prompt": PROMPT, "max_tokens": 2, "kv_transfer_params": params},
+        )
         assert response.status_code == 200
         labels = frozenset({"model_name": "qwen", "locality": "cross_rack"}.items())
         assert metric_samples(decode_b.url)[("pdfleet_engine_kv_transfer_seconds_count", labels)] == 1
@@ -148,29 +199,49 @@ def test_pull_from_dead_prefill_fails_or_recomputes(decode_a):
     with start_engine("prefill", rack="rack-a", served_model_name="qwen") as doomed:
         params = prefill(doomed)
         doomed.kill()
-    response = httpx.post(decode_a.url + "/v1/completions", timeout=15, json={
-        "model": "qwen", "prompt": PROMPT, "max_tokens": 4, "stream": True, "kv_transfer_params": params})
+    response = httpx.post(
+        decode_a.url + "/v1/completions",
+        timeout=15,
+        json={"model": "qwen", "prompt": PROMPT, "max_tokens": 4, "stream": True, "kv_transfer_params": params},
+    )
     assert response.status_code == 500
     error = response.json()["error"]
     assert error["type"] == "InternalServerError" and "unreachable" in error["message"]
     failures = metric_samples(decode_a.url)
-    assert failures[("pdfleet_engine_kv_transfer_failures_total",
-                     frozenset({"model_name": "qwen", "reason": "unreachable"}.items()))] >= 1
-    with start_engine("decode", served_model_name="qwen",
-                      extra_args=["--kv-load-failure-policy", "recompute", *SPEEDUP]) as tolerant:
-        response = httpx.post(tolerant.url + "/v1/completions", timeout=15, json={
-            "model": "qwen", "prompt": PROMPT, "max_tokens": 4, "kv_transfer_params": params})
+    assert (
+        failures[
+            (
+                "pdfleet_engine_kv_transfer_failures_total",
+                frozenset({"model_name": "qwen", "reason": "unreachable"}.items()),
+            )
+        ]
+        >= 1
+    )
+    with start_engine(
+        "decode", served_model_name="qwen", extra_args=["--kv-load-failure-policy", "recompute", *SPEEDUP]
+    ) as tolerant:
+        response = httpx.post(
+            tolerant.url + "/v1/completions",
+            timeout=15,
+            json={"model": "qwen", "prompt": PROMPT, "max_tokens": 4, "kv_transfer_params": params},
+        )
         assert response.status_code == 200 and response.json()["choices"][0]["text"] == "alpha bravo charlie delta "
 
 
 def test_injected_transfer_failures(prefill_a, decode_a):
     httpx.post(prefill_a.url + "/internal/faults", json={"fail_kv_source": 1}).raise_for_status()
-    response = httpx.post(decode_a.url + "/v1/completions", timeout=10, json={
-        "model": "qwen", "prompt": PROMPT, "max_tokens": 2, "kv_transfer_params": prefill(prefill_a)})
+    response = httpx.post(
+        decode_a.url + "/v1/completions",
+        timeout=10,
+        json={"model": "qwen", "prompt": PROMPT, "max_tokens": 2, "kv_transfer_params": prefill(prefill_a)},
+    )
     assert response.status_code == 500 and "injected KV source failure" in response.json()["error"]["message"]
     httpx.post(decode_a.url + "/internal/faults", json={"fail_kv_pull": 1}).raise_for_status()
-    response = httpx.post(decode_a.url + "/v1/completions", timeout=10, json={
-        "model": "qwen", "prompt": PROMPT, "max_tokens": 2, "kv_transfer_params": prefill(prefill_a)})
+    response = httpx.post(
+        decode_a.url + "/v1/completions",
+        timeout=10,
+        json={"model": "qwen", "prompt": PROMPT, "max_tokens": 2, "kv_transfer_params": prefill(prefill_a)},
+    )
     assert response.status_code == 500
     samples = metric_samples(decode_a.url)
     for reason in ("source_error", "injected"):
@@ -182,12 +253,19 @@ def test_injected_transfer_failures(prefill_a, decode_a):
 def test_metrics_names_types_and_counts_moving(both):
     before = metric_samples(both.url)
     expected_types = {
-        "vllm:time_to_first_token_seconds": "histogram", "vllm:inter_token_latency_seconds": "histogram",
-        "vllm:request_time_per_output_token_seconds": "histogram", "vllm:e2e_request_latency_seconds": "histogram",
-        "vllm:request_queue_time_seconds": "histogram", "vllm:num_requests_running": "gauge",
-        "vllm:num_requests_waiting": "gauge", "vllm:kv_cache_usage_perc": "gauge", "vllm:prompt_tokens": "counter",
-        "vllm:generation_tokens": "counter", "vllm:request_success": "counter",
-        "pdfleet_engine_kv_transfer_seconds": "histogram", "pdfleet_engine_kv_transfer_bytes": "counter",
+        "vllm:time_to_first_token_seconds": "histogram",
+        "vllm:inter_token_latency_seconds": "histogram",
+        "vllm:request_time_per_output_token_seconds": "histogram",
+        "vllm:e2e_request_latency_seconds": "histogram",
+        "vllm:request_queue_time_seconds": "histogram",
+        "vllm:num_requests_running": "gauge",
+        "vllm:num_requests_waiting": "gauge",
+        "vllm:kv_cache_usage_perc": "gauge",
+        "vllm:prompt_tokens": "counter",
+        "vllm:generation_tokens": "counter",
+        "vllm:request_success": "counter",
+        "pdfleet_engine_kv_transfer_seconds": "histogram",
+        "pdfleet_engine_kv_transfer_bytes": "counter",
         "pdfleet_engine_kv_transfer_failures": "counter",
     }
     for name, kind in expected_types.items():
@@ -198,12 +276,20 @@ def test_metrics_names_types_and_counts_moving(both):
     key = lambda name, **extra: (name, frozenset({**engine, **extra}.items()))  # noqa: E731
     assert after[key("vllm:prompt_tokens_total")] - before[key("vllm:prompt_tokens_total")] == 10
     assert after[key("vllm:generation_tokens_total")] - before[key("vllm:generation_tokens_total")] == 5
-    assert after[key("vllm:request_success_total", finished_reason="length")] == \
-        before[key("vllm:request_success_total", finished_reason="length")] + 1
-    assert after[key("vllm:inter_token_latency_seconds_count")] - \
-        before[key("vllm:inter_token_latency_seconds_count")] == 4
-    for name in ("vllm:time_to_first_token_seconds_count", "vllm:e2e_request_latency_seconds_count",
-                 "vllm:request_queue_time_seconds_count", "vllm:request_time_per_output_token_seconds_count"):
+    assert (
+        after[key("vllm:request_success_total", finished_reason="length")]
+        == before[key("vllm:request_success_total", finished_reason="length")] + 1
+    )
+    assert (
+        after[key("vllm:inter_token_latency_seconds_count")] - before[key("vllm:inter_token_latency_seconds_count")]
+        == 4
+    )
+    for name in (
+        "vllm:time_to_first_token_seconds_count",
+        "vllm:e2e_request_latency_seconds_count",
+        "vllm:request_queue_time_seconds_count",
+        "vllm:request_time_per_output_token_seconds_count",
+    ):
         assert after[key(name)] == before[key(name)] + 1, name
     assert key("vllm:time_to_first_token_seconds_bucket", le="0.001") in after
     assert after[key("vllm:num_requests_running")] == 0
@@ -216,16 +302,24 @@ def test_health_and_hang_faults(both):
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(both.url + "/v1/completions", json={"model": "qwen", "prompt": "x", "max_tokens": 1}, timeout=0.5)
     httpx.post(both.url + "/internal/faults", json={"hang": False}).raise_for_status()
-    assert httpx.post(both.url + "/v1/completions", json={"model": "qwen", "prompt": "x", "max_tokens": 1},
-                      timeout=5).status_code == 200
+    assert (
+        httpx.post(
+            both.url + "/v1/completions", json={"model": "qwen", "prompt": "x", "max_tokens": 1}, timeout=5
+        ).status_code
+        == 200
+    )
     assert httpx.post(both.url + "/internal/faults", json={"bogus": 1}).status_code == 400
 
 
 def test_crash_mid_stream():
     with start_engine("decode", served_model_name="qwen", extra_args=["--fault-crash-after-tokens", "3"]) as engine:
         with pytest.raises(httpx.RemoteProtocolError):
-            with httpx.stream("POST", engine.url + "/v1/completions", timeout=10, json={
-                    "model": "qwen", "prompt": "x", "max_tokens": 10, "stream": True}) as response:
+            with httpx.stream(
+                "POST",
+                engine.url + "/v1/completions",
+                timeout=10,
+                json={"model": "qwen", "prompt": "x", "max_tokens": 10, "stream": True},
+            ) as response:
                 received = []
                 for line in response.iter_lines():
                     received.append(line)
@@ -237,11 +331,20 @@ def test_crash_mid_stream():
 def test_zero_delay_handshake_with_itself():
     with start_engine("both", served_model_name="qwen", extra_args=["--emulator-zero-delay"]) as engine:
         params = prefill(engine)
-        status, events = stream(engine.url, "/v1/chat/completions", {
-            "model": "qwen", "messages": [{"role": "user", "content": "x"}], "max_tokens": 4,
-            "kv_transfer_params": params})
+        status, events = stream(
+            engine.url,
+            "/v1/chat/completions",
+            {
+                "model": "qwen",
+                "messages": [{"role": "user", "content": "x"}],
+                "max_tokens": 4,
+                "kv_transfer_params": params,
+            },
+        )
         assert status == 200 and len(events) == 1 + 4 + 1
         samples = metric_samples(engine.url)
         engine_labels = {"model_name": "qwen", "engine": "0"}
-        assert samples[("vllm:request_success_total",
-                        frozenset({**engine_labels, "finished_reason": "length"}.items()))] == 2
+        assert (
+            samples[("vllm:request_success_total", frozenset({**engine_labels, "finished_reason": "length"}.items()))]
+            == 2
+        )

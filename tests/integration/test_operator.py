@@ -14,8 +14,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from pdfleet import POOLS
-from pdfleet import API_GROUP, API_VERSION, PLURAL
+from pdfleet import API_GROUP, API_VERSION, PLURAL, POOLS
 from pdfleet.cluster.kube import KubeClient
 from pdfleet.localfleet.controlplane import LocalControlPlane, cache_bin_dir, wait_until
 
@@ -46,16 +45,21 @@ class Fleet:
         self.generic.discover_versions()
 
     def create(self, spec: dict[str, Any]) -> None:
-        body = {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": "PDDeployment",
-                "metadata": {"name": self.name}, "spec": spec}
+        body = {
+            "apiVersion": f"{API_GROUP}/{API_VERSION}",
+            "kind": "PDDeployment",
+            "metadata": {"name": self.name},
+            "spec": spec,
+        }
         self.custom.create_namespaced_custom_object(API_GROUP, API_VERSION, self.namespace, PLURAL, body)
 
     def get(self) -> dict[str, Any]:
         return self.custom.get_namespaced_custom_object(API_GROUP, API_VERSION, self.namespace, PLURAL, self.name)
 
     def patch_spec(self, spec_patch: dict[str, Any]) -> None:
-        self.custom.patch_namespaced_custom_object(API_GROUP, API_VERSION, self.namespace, PLURAL, self.name,
-                                                   {"spec": spec_patch})
+        self.custom.patch_namespaced_custom_object(
+            API_GROUP, API_VERSION, self.namespace, PLURAL, self.name, {"spec": spec_patch}
+        )
 
     def condition(self, type_: str) -> dict[str, Any] | None:
         conditions = (self.get().get("status") or {}).get("conditions") or []
@@ -79,10 +83,21 @@ class Fleet:
             if not pod.spec.node_name or ready:
                 continue
             now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            self.core.patch_namespaced_pod_status(pod.metadata.name, self.namespace, {"status": {
-                "phase": "Running", "podIP": f"127.0.1.{index + 1}", "hostIP": "127.0.0.1",
-                "conditions": [{"type": t, "status": "True", "lastTransitionTime": now}
-                               for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")]}})
+            self.core.patch_namespaced_pod_status(
+                pod.metadata.name,
+                self.namespace,
+                {
+                    "status": {
+                        "phase": "Running",
+                        "podIP": f"127.0.1.{index + 1}",
+                        "hostIP": "127.0.0.1",
+                        "conditions": [
+                            {"type": t, "status": "True", "lastTransitionTime": now}
+                            for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+                        ],
+                    }
+                },
+            )
             marked += 1
         return marked
 
@@ -100,19 +115,32 @@ def fleet(pdfleet_operator: Any, kube: Any, namespace: str) -> Fleet:
     return Fleet(kube, namespace, "llama")
 
 
-def test_apply_renders_rack_cells_that_the_scheduler_places_on_their_racks(fleet: Fleet, control_plane: LocalControlPlane):
+def test_apply_renders_rack_cells_that_the_scheduler_places_on_their_racks(
+    fleet: Fleet, control_plane: LocalControlPlane
+):
     fleet.create(fleet_spec())
     eventually(lambda: len(fleet.statefulsets()) == 4, "a StatefulSet per (pool, rack) cell")
-    cells = {(s.metadata.labels["pdfleet.dev/pool"], s.metadata.labels["pdfleet.dev/rack"]): s.spec.replicas
-             for s in fleet.statefulsets()}
-    assert cells == {("prefill", "rack-a"): 1, ("prefill", "rack-b"): 1, ("decode", "rack-a"): 1, ("decode", "rack-b"): 1}
-    pdbs = eventually(lambda: fleet.generic.list("PodDisruptionBudget", fleet.namespace, fleet.selector()),
-                      "PodDisruptionBudgets")
+    cells = {
+        (s.metadata.labels["pdfleet.dev/pool"], s.metadata.labels["pdfleet.dev/rack"]): s.spec.replicas
+        for s in fleet.statefulsets()
+    }
+    assert cells == {
+        ("prefill", "rack-a"): 1,
+        ("prefill", "rack-b"): 1,
+        ("decode", "rack-a"): 1,
+        ("decode", "rack-b"): 1,
+    }
+    pdbs = eventually(
+        lambda: fleet.generic.list("PodDisruptionBudget", fleet.namespace, fleet.selector()), "PodDisruptionBudgets"
+    )
     assert sorted(p["metadata"]["labels"]["pdfleet.dev/pool"] for p in pdbs) == ["decode", "prefill"]
-    eventually(lambda: fleet.apps.list_namespaced_deployment(fleet.namespace, label_selector=fleet.selector()).items,
-               "the router Deployment")
-    services = eventually(lambda: fleet.core.list_namespaced_service(
-        fleet.namespace, label_selector=fleet.selector()).items, "Services")
+    eventually(
+        lambda: fleet.apps.list_namespaced_deployment(fleet.namespace, label_selector=fleet.selector()).items,
+        "the router Deployment",
+    )
+    services = eventually(
+        lambda: fleet.core.list_namespaced_service(fleet.namespace, label_selector=fleet.selector()).items, "Services"
+    )
     assert any(s.spec.cluster_ip == "None" for s in services), "headless Services for stable pod names"
 
     # Real scheduling: every engine pod on a node of its cell's rack, with its GPU limit.
@@ -136,12 +164,28 @@ def test_apply_renders_rack_cells_that_the_scheduler_places_on_their_racks(fleet
     eventually(all_ready, "Ready condition True")
     view = fleet.fleet_view()
     assert sorted((e["pool"], e["rack"]) for e in view["endpoints"]) == [
-        ("decode", "rack-a"), ("decode", "rack-b"), ("prefill", "rack-a"), ("prefill", "rack-b")]
+        ("decode", "rack-a"),
+        ("decode", "rack-b"),
+        ("prefill", "rack-a"),
+        ("prefill", "rack-b"),
+    ]
     status = fleet.get()["status"]
     assert status["prefill"]["summary"] == "2/2" and status["decode"]["summary"] == "2/2"
     assert status["observedGeneration"] == fleet.get()["metadata"]["generation"]
-    table = subprocess.run([str(cache_bin_dir() / "kubectl"), "--kubeconfig", str(control_plane.kubeconfig),
-                            "get", "pdd", "-n", fleet.namespace], capture_output=True, text=True, timeout=30)
+    table = subprocess.run(
+        [
+            str(cache_bin_dir() / "kubectl"),
+            "--kubeconfig",
+            str(control_plane.kubeconfig),
+            "get",
+            "pdd",
+            "-n",
+            fleet.namespace,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     header, row = table.stdout.splitlines()[:2]
     assert header.split()[:4] == ["NAME", "PREFILL", "DECODE", "READY"], table.stdout
     assert row.split()[:4] == ["llama", "2/2", "2/2", "True"], table.stdout
@@ -190,12 +234,18 @@ def test_invalid_update_is_reported_and_changes_nothing(fleet: Fleet):
     assert rejected.value.status == 422 and "kind" in rejected.value.body
     # ... and the operator rejects cross-field mistakes the schema cannot express, in status and an Event.
     fleet.patch_spec({"prefill": {"autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}}})
-    invalid = eventually(lambda: (c := fleet.condition("InvalidSpec")) and c["status"] == "True" and c,
-                         "InvalidSpec condition")
+    invalid = eventually(
+        lambda: (c := fleet.condition("InvalidSpec")) and c["status"] == "True" and c, "InvalidSpec condition"
+    )
     assert "minReplicas" in invalid["message"] and "maxReplicas" in invalid["message"]
-    eventually(lambda: [e for e in fleet.core.list_namespaced_event(fleet.namespace).items
-                        if e.involved_object.kind == "PDDeployment" and e.type == "Warning"
-                        and "minReplicas" in e.message], "a Warning event on the PDDeployment naming the field")
+    eventually(
+        lambda: [
+            e
+            for e in fleet.core.list_namespaced_event(fleet.namespace).items
+            if e.involved_object.kind == "PDDeployment" and e.type == "Warning" and "minReplicas" in e.message
+        ],
+        "a Warning event on the PDDeployment naming the field",
+    )
     time.sleep(2)
     assert {s.metadata.name: s.metadata.resource_version for s in fleet.statefulsets()} == versions
     assert fleet.condition("Ready")["status"] == "True", "the running fleet stays up"
@@ -205,8 +255,9 @@ def test_unknown_gpu_product_is_reported_and_creates_nothing(fleet: Fleet):
     spec = fleet_spec()
     spec["prefill"]["gpuProduct"] = "NVIDIA-B200"
     fleet.create(spec)
-    degraded = eventually(lambda: (c := fleet.condition("Degraded")) and c["status"] == "True" and c,
-                          "Degraded condition")
+    degraded = eventually(
+        lambda: (c := fleet.condition("Degraded")) and c["status"] == "True" and c, "Degraded condition"
+    )
     assert degraded["reason"] == "NoMatchingNodes" and "NVIDIA-B200" in degraded["message"]
     assert fleet.statefulsets() == []
 
@@ -215,22 +266,33 @@ def test_pods_that_cannot_schedule_are_explained(fleet: Fleet, control_plane: Lo
     # A rack whose only GPUs are taken by someone else: placement sees the capacity, the scheduler cannot bind.
     labels = {RACK_LABEL: "rack-busy", "topology.kubernetes.io/zone": "zone-3", "nvidia.com/gpu.product": "NVIDIA-A30"}
     control_plane.register_node("rack-busy-node-0", labels, gpus=2)
-    blocker = {"metadata": {"name": "gpu-hog"}, "spec": {
-        "nodeSelector": {"kubernetes.io/hostname": "rack-busy-node-0"},
-        "containers": [{"name": "hog", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}
+    blocker = {
+        "metadata": {"name": "gpu-hog"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": "rack-busy-node-0"},
+            "containers": [{"name": "hog", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "2"}}}],
+        },
+    }
     fleet.core.create_namespaced_pod(fleet.namespace, blocker)
     eventually(lambda: fleet.core.read_namespaced_pod("gpu-hog", fleet.namespace).spec.node_name, "blocker bound")
     spec = fleet_spec(1, 1)
     for pool in POOLS:
         spec[pool]["gpuProduct"] = "NVIDIA-A30"
     fleet.create(spec)
-    ready = eventually(lambda: (c := fleet.condition("Ready")) and c["reason"] == "Unschedulable" and c,
-                       "Ready=False Unschedulable")
+    ready = eventually(
+        lambda: (c := fleet.condition("Ready")) and c["reason"] == "Unschedulable" and c, "Ready=False Unschedulable"
+    )
     assert "nvidia.com/gpu" in ready["message"]
 
 
 def test_delete_cascades_to_every_child(fleet: Fleet):
     _steady(fleet, 1, 1)
     fleet.custom.delete_namespaced_custom_object(API_GROUP, API_VERSION, fleet.namespace, PLURAL, fleet.name)
-    eventually(lambda: not fleet.statefulsets() and not fleet.apps.list_namespaced_deployment(
-        fleet.namespace, label_selector=fleet.selector()).items, "children garbage-collected", timeout=60)
+    eventually(
+        lambda: (
+            not fleet.statefulsets()
+            and not fleet.apps.list_namespaced_deployment(fleet.namespace, label_selector=fleet.selector()).items
+        ),
+        "children garbage-collected",
+        timeout=60,
+    )

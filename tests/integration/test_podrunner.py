@@ -21,8 +21,12 @@ ENGINE_PORT = 8000
 
 @pytest.fixture(scope="module")
 def runner(control_plane: LocalControlPlane) -> Iterator[LocalPodRunner]:
-    control_plane.register_node(NODE, {"nvidia.com/gpu.product": "NVIDIA-L4"}, gpus=4,
-                                taints=[{"key": "pdfleet.dev/podrunner-test", "effect": "NoSchedule"}])
+    control_plane.register_node(
+        NODE,
+        {"nvidia.com/gpu.product": "NVIDIA-L4"},
+        gpus=4,
+        taints=[{"key": "pdfleet.dev/podrunner-test", "effect": "NoSchedule"}],
+    )
     api = control_plane.api_client()
     with LocalPodRunner(api, node_names=[NODE]) as pod_runner:
         yield pod_runner
@@ -39,20 +43,39 @@ def core(control_plane: LocalControlPlane) -> Iterator[client.CoreV1Api]:
 
 def engine_pod(name: str) -> dict[str, Any]:
     """A pod shaped like a rendered engine StatefulSet pod (vllm serve, named port, downward-API env, probe)."""
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
-        "nodeName": NODE, "terminationGracePeriodSeconds": 5,
-        "containers": [{
-            "name": "engine", "image": "vllm/vllm-openai:v0.11.0", "command": ["vllm", "serve"],
-            "args": ["Qwen/Qwen2.5-0.5B-Instruct", "--port", str(ENGINE_PORT), "--served-model-name", "qwen",
-                     "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'],
-            "ports": [{"name": "http", "containerPort": ENGINE_PORT}],
-            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                    {"name": "PDFLEET_RACK", "value": "rack-z"}],
-            "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 1},
-            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
-        }],
-        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
-    }}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": NODE,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [
+                {
+                    "name": "engine",
+                    "image": "vllm/vllm-openai:v0.11.0",
+                    "command": ["vllm", "serve"],
+                    "args": [
+                        "Qwen/Qwen2.5-0.5B-Instruct",
+                        "--port",
+                        str(ENGINE_PORT),
+                        "--served-model-name",
+                        "qwen",
+                        "--kv-transfer-config",
+                        '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}',
+                    ],
+                    "ports": [{"name": "http", "containerPort": ENGINE_PORT}],
+                    "env": [
+                        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                        {"name": "PDFLEET_RACK", "value": "rack-z"},
+                    ],
+                    "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 1},
+                    "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+                }
+            ],
+            "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+        },
+    }
 
 
 def read(core: client.CoreV1Api, namespace: str, name: str) -> dict[str, Any]:
@@ -74,24 +97,38 @@ def gone(core: client.CoreV1Api, namespace: str, name: str) -> bool:
 
 
 def test_engine_pod_runs_the_emulator_reports_ready_restarts_and_goes_away(
-        runner: LocalPodRunner, core: client.CoreV1Api, namespace: str):
+    runner: LocalPodRunner, core: client.CoreV1Api, namespace: str
+):
     core.create_namespaced_pod(namespace, engine_pod("engine-0"))
     pod = wait_until(lambda: ready(core, namespace, "engine-0"), 30, "engine pod Ready")
     ip = pod["status"]["podIP"]
     assert ip.startswith("127.1.") and pod["status"]["phase"] == "Running"
     state = httpx.get(f"http://{ip}:{ENGINE_PORT}/internal/state", trust_env=False, timeout=5).json()
     assert state["role"] == "prefill" and state["rack"] == "rack-z"
-    reply = httpx.post(f"http://{ip}:{ENGINE_PORT}/v1/completions", trust_env=False, timeout=10, json={
-        "model": "qwen", "prompt": [1] * 100, "max_tokens": 1,
-        "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False}})
+    reply = httpx.post(
+        f"http://{ip}:{ENGINE_PORT}/v1/completions",
+        trust_env=False,
+        timeout=10,
+        json={
+            "model": "qwen",
+            "prompt": [1] * 100,
+            "max_tokens": 1,
+            "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False},
+        },
+    )
     assert reply.json()["kv_transfer_params"]["remote_host"] == ip  # POD_IP from the downward API
     process = runner.find(namespace, "engine-0").process
     assert process.args[process.args.index("--host") + 1] == ip
     assert process.poll() is None and "PDFLEET_EMULATOR_GPU" in runner.find(namespace, "engine-0").env
 
     assert runner.kill_pod_process(namespace, "engine-0")
-    restarted = wait_until(lambda: (p := ready(core, namespace, "engine-0"))
-                           and p["status"]["containerStatuses"][0]["restartCount"] == 1 and p, 30, "restart")
+    restarted = wait_until(
+        lambda: (
+            (p := ready(core, namespace, "engine-0")) and p["status"]["containerStatuses"][0]["restartCount"] == 1 and p
+        ),
+        30,
+        "restart",
+    )
     assert restarted["status"]["podIP"] == ip
     assert restarted["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == -9
 
@@ -102,23 +139,43 @@ def test_engine_pod_runs_the_emulator_reports_ready_restarts_and_goes_away(
 
 
 def test_router_pod_reads_its_configmap_volume_and_sees_updates(
-        runner: LocalPodRunner, core: client.CoreV1Api, namespace: str):
+    runner: LocalPodRunner, core: client.CoreV1Api, namespace: str
+):
     def fleet(generation: int) -> dict[str, str]:
-        return {"fleet.json": json.dumps({"version": 1, "generation": generation, "model": "qwen", "policy": {},
-                                          "endpoints": []})}
+        return {
+            "fleet.json": json.dumps(
+                {"version": 1, "generation": generation, "model": "qwen", "policy": {}, "endpoints": []}
+            )
+        }
 
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "router-0"}, "spec": {
-        "nodeName": NODE,
-        "containers": [{
-            "name": "router", "image": "pdfleet", "command": ["pdfleet", "router", "--fleet-file",
-                                                             "/etc/pdfleet/fleet.json", "--port", "8080",
-                                                             "--admin-port", "8081"],
-            "ports": [{"name": "http", "containerPort": 8080}, {"name": "admin", "containerPort": 8081}],
-            "readinessProbe": {"httpGet": {"path": "/health", "port": "admin"}, "periodSeconds": 1},
-            "volumeMounts": [{"name": "fleet", "mountPath": "/etc/pdfleet", "readOnly": True}],
-        }],
-        "volumes": [{"name": "fleet", "configMap": {"name": "router-fleet"}}],
-    }}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "router-0"},
+        "spec": {
+            "nodeName": NODE,
+            "containers": [
+                {
+                    "name": "router",
+                    "image": "pdfleet",
+                    "command": [
+                        "pdfleet",
+                        "router",
+                        "--fleet-file",
+                        "/etc/pdfleet/fleet.json",
+                        "--port",
+                        "8080",
+                        "--admin-port",
+                        "8081",
+                    ],
+                    "ports": [{"name": "http", "containerPort": 8080}, {"name": "admin", "containerPort": 8081}],
+                    "readinessProbe": {"httpGet": {"path": "/health", "port": "admin"}, "periodSeconds": 1},
+                    "volumeMounts": [{"name": "fleet", "mountPath": "/etc/pdfleet", "readOnly": True}],
+                }
+            ],
+            "volumes": [{"name": "fleet", "configMap": {"name": "router-fleet"}}],
+        },
+    }
     core.create_namespaced_pod(namespace, pod)
     # The kubelet does not start a pod whose configMap volume does not exist yet.
     wait_until(lambda: runner.find(namespace, "router-0"), 10, "router pod admitted")
@@ -138,11 +195,19 @@ def test_router_pod_reads_its_configmap_volume_and_sees_updates(
 
 
 def test_unsupported_command_is_reported_as_a_container_error(
-        runner: LocalPodRunner, core: client.CoreV1Api, namespace: str):
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sglang-0"}, "spec": {
-        "nodeName": NODE,
-        "containers": [{"name": "engine", "image": "lmsysorg/sglang", "command": ["python", "-m", "sglang.launch_server"]}],
-    }}
+    runner: LocalPodRunner, core: client.CoreV1Api, namespace: str
+):
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "sglang-0"},
+        "spec": {
+            "nodeName": NODE,
+            "containers": [
+                {"name": "engine", "image": "lmsysorg/sglang", "command": ["python", "-m", "sglang.launch_server"]}
+            ],
+        },
+    }
     core.create_namespaced_pod(namespace, pod)
 
     def waiting_reason() -> str | None:

@@ -30,9 +30,19 @@ def endpoint(name: str, pool: str, proc: EngineProcess, zone: str = "zone-1", dr
 
 
 def view(endpoints: list[dict], generation: int = 1, **policy: Any) -> dict:
-    return {"version": 1, "generation": generation, "model": MODEL, "endpoints": endpoints,
-            "policy": {"maxPrefillRetries": 2, "maxDecodeRetries": 1, "prefillTimeoutSeconds": 10,
-                       "decodeTimeoutSeconds": 30, **policy}}
+    return {
+        "version": 1,
+        "generation": generation,
+        "model": MODEL,
+        "endpoints": endpoints,
+        "policy": {
+            "maxPrefillRetries": 2,
+            "maxDecodeRetries": 1,
+            "prefillTimeoutSeconds": 10,
+            "decodeTimeoutSeconds": 30,
+            **policy,
+        },
+    }
 
 
 class Router(RouterProcess):
@@ -40,8 +50,20 @@ class Router(RouterProcess):
     fails the test on any unhandled error inside the router."""
 
     def __init__(self, fleet: dict) -> None:
-        super().__init__(fleet, ["--health-interval", "0.3", "--health-timeout", "1", "--fleet-poll-seconds", "0.2",
-                                 "--shutdown-grace", "2"], ready_timeout=15)
+        super().__init__(
+            fleet,
+            [
+                "--health-interval",
+                "0.3",
+                "--health-timeout",
+                "1",
+                "--fleet-poll-seconds",
+                "0.2",
+                "--shutdown-grace",
+                "2",
+            ],
+            ready_timeout=15,
+        )
 
     def metrics(self) -> dict[str, float]:
         """`name{labels}` -> value of every sample on /metrics."""
@@ -103,7 +125,7 @@ def assert_clear(results: list[tuple[int, str]]) -> None:
 
 
 def sse_events(text: str) -> list[str]:
-    return [chunk[len("data: "):] for chunk in text.split("\n\n") if chunk.startswith("data: ")]
+    return [chunk[len("data: ") :] for chunk in text.split("\n\n") if chunk.startswith("data: ")]
 
 
 # ------------------------------------------------------------------------------------------------------ fixtures
@@ -112,8 +134,12 @@ def fleet() -> Iterator[dict[str, EngineProcess]]:
     """Prefill and decode in rack-a and rack-b (one zone), normal timing of a small model."""
     procs: dict[str, EngineProcess] = {}
     try:
-        for name, role, rack in (("p-a", "prefill", "rack-a"), ("p-b", "prefill", "rack-b"),
-                                 ("d-a", "decode", "rack-a"), ("d-b", "decode", "rack-b")):
+        for name, role, rack in (
+            ("p-a", "prefill", "rack-a"),
+            ("p-b", "prefill", "rack-b"),
+            ("d-a", "decode", "rack-a"),
+            ("d-b", "decode", "rack-b"),
+        ):
             procs[name] = engine(role, rack)
         yield procs
     finally:
@@ -121,10 +147,17 @@ def fleet() -> Iterator[dict[str, EngineProcess]]:
             proc.stop()
 
 
-def full_view(fleet: dict[str, EngineProcess], generation: int = 1, draining: tuple[str, ...] = (),
-              **policy: Any) -> dict:
-    return view([endpoint(n, "prefill" if n.startswith("p") else "decode", p, draining=n in draining)
-                 for n, p in fleet.items()], generation, **policy)
+def full_view(
+    fleet: dict[str, EngineProcess], generation: int = 1, draining: tuple[str, ...] = (), **policy: Any
+) -> dict:
+    return view(
+        [
+            endpoint(n, "prefill" if n.startswith("p") else "decode", p, draining=n in draining)
+            for n, p in fleet.items()
+        ],
+        generation,
+        **policy,
+    )
 
 
 @pytest.fixture
@@ -139,8 +172,11 @@ def router(fleet: dict[str, EngineProcess]) -> Iterator[Router]:
 # ------------------------------------------------------------------------------------------------------ tests
 async def test_disaggregated_end_to_end(router: Router, fleet: dict[str, EngineProcess]) -> None:
     pulled = sum(engine_count(fleet[d], "pdfleet_engine_kv_transfer_bytes_total") for d in ("d-a", "d-b"))
-    results = await batch(router.url, [body(LONG_PROMPT + str(i)) for i in range(6)]
-                          + [body(LONG_PROMPT, stream=True, max_tokens=20) for _ in range(4)])
+    results = await batch(
+        router.url,
+        [body(LONG_PROMPT + str(i)) for i in range(6)]
+        + [body(LONG_PROMPT, stream=True, max_tokens=20) for _ in range(4)],
+    )
     assert [s for s, _ in results] == [200] * 10, results
     assert json.loads(results[0][1])["usage"]["completion_tokens"] == 8
     for _, text in results[6:]:
@@ -189,10 +225,19 @@ async def test_kv_transfer_failures_retry_then_fall_back(router: Router, fleet: 
 
 async def test_killed_prefill_is_routed_around(fleet: dict[str, EngineProcess]) -> None:
     doomed = engine("prefill", "rack-a", "--fault-slowdown", "50")  # slow: requests are inside it when it dies
-    r = Router(view([endpoint("p-doomed", "prefill", doomed), endpoint("p-a", "prefill", fleet["p-a"]),
-                     endpoint("d-a", "decode", fleet["d-a"]), endpoint("d-b", "decode", fleet["d-b"])],
-                    prefixAffinity=False))
+    r = Router(
+        view(
+            [
+                endpoint("p-doomed", "prefill", doomed),
+                endpoint("p-a", "prefill", fleet["p-a"]),
+                endpoint("d-a", "decode", fleet["d-a"]),
+                endpoint("d-b", "decode", fleet["d-b"]),
+            ],
+            prefixAffinity=False,
+        )
+    )
     try:
+
         async def kill_soon() -> None:
             await asyncio.sleep(0.3)
             doomed.kill()
@@ -210,8 +255,17 @@ async def test_killed_prefill_is_routed_around(fleet: dict[str, EngineProcess]) 
 
 
 async def test_hung_prefill_times_out_and_another_serves(fleet: dict[str, EngineProcess]) -> None:
-    r = Router(view([endpoint("p-a", "prefill", fleet["p-a"]), endpoint("p-b", "prefill", fleet["p-b"]),
-                     endpoint("d-a", "decode", fleet["d-a"])], prefillTimeoutSeconds=1, prefixAffinity=False))
+    r = Router(
+        view(
+            [
+                endpoint("p-a", "prefill", fleet["p-a"]),
+                endpoint("p-b", "prefill", fleet["p-b"]),
+                endpoint("d-a", "decode", fleet["d-a"]),
+            ],
+            prefillTimeoutSeconds=1,
+            prefixAffinity=False,
+        )
+    )
     set_faults(fleet["p-b"], hang=True)
     try:
         started = time.monotonic()
@@ -229,7 +283,7 @@ async def test_decode_dying_mid_stream_ends_with_a_clear_error(fleet: dict[str, 
     r = Router(view([endpoint("p-a", "prefill", fleet["p-a"]), endpoint("d-doomed", "decode", doomed)]))
     try:
         started = time.monotonic()
-        (status, text), = await batch(r.url, [body(LONG_PROMPT, stream=True, max_tokens=200)])
+        ((status, text),) = await batch(r.url, [body(LONG_PROMPT, stream=True, max_tokens=200)])
         assert status == 200 and time.monotonic() - started < REQUEST_BOUND_S
         events = sse_events(text)
         assert len(events) >= 2 and events[-1] != "[DONE]"
@@ -247,11 +301,13 @@ async def test_fleet_change_keeps_inflight_streams(router: Router, fleet: dict[s
     for d in ("d-a", "d-b"):
         set_faults(fleet[d], slowdown=4.0)  # ~1.5 s streams
     try:
+
         async def shrink_fleet() -> None:
             await asyncio.sleep(0.4)
             assert sum(e["inflight"] for e in router.endpoints().values()) > 0
-            router.write_fleet(view([endpoint("p-a", "prefill", fleet["p-a"]),
-                                     endpoint("d-b", "decode", fleet["d-b"])], generation=2))
+            router.write_fleet(
+                view([endpoint("p-a", "prefill", fleet["p-a"]), endpoint("d-b", "decode", fleet["d-b"])], generation=2)
+            )
             deadline = time.monotonic() + 5
             while router.metrics()["pdfleet_router_fleet_generation"] != 2 and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
@@ -276,8 +332,10 @@ async def test_fleet_change_keeps_inflight_streams(router: Router, fleet: dict[s
         assert resp.status_code == 200 and httpx.get(router.admin + "/admin/fleet").json()["generation"] == 3
         assert httpx.put(router.admin + "/admin/fleet", content=b"{bad").status_code == 400
         # a pushed view is not replaced by an older one, pushed or from the file the kubelet syncs later
-        assert httpx.put(router.admin + "/admin/fleet", json={**full_view(fleet, generation=3), "revision": 5}
-                         ).status_code == 200
+        assert (
+            httpx.put(router.admin + "/admin/fleet", json={**full_view(fleet, generation=3), "revision": 5}).status_code
+            == 200
+        )
         stale = httpx.put(router.admin + "/admin/fleet", json={**full_view(fleet, generation=3), "revision": 4})
         assert stale.status_code == 409 and "older" in stale.json()["error"]["message"]
         reloads = router.metrics()["pdfleet_router_fleet_reloads_total"]
@@ -307,8 +365,9 @@ async def test_draining_endpoint_gets_no_new_work(router: Router, fleet: dict[st
 
 async def test_client_disconnect_cancels_upstream_legs(router: Router, fleet: dict[str, EngineProcess]) -> None:
     async with httpx.AsyncClient(timeout=REQUEST_BOUND_S) as client:
-        async with client.stream("POST", router.url + "/v1/completions",
-                                 json=body(LONG_PROMPT, stream=True, max_tokens=1000)) as resp:
+        async with client.stream(
+            "POST", router.url + "/v1/completions", json=body(LONG_PROMPT, stream=True, max_tokens=1000)
+        ) as resp:
             async for _ in resp.aiter_bytes():
                 break  # first bytes arrived: walk away mid-stream
     deadline = time.monotonic() + 5

@@ -73,7 +73,9 @@ def test_schema_level_validations() -> None:
     assert spec["router"]["properties"]["port"]["maximum"] == 65535
     assert spec["prefill"]["properties"]["replicas"] == {
         "description": spec["prefill"]["properties"]["replicas"]["description"],
-        "type": "integer", "default": 1, "minimum": 0,
+        "type": "integer",
+        "default": 1,
+        "minimum": 0,
     }
     percentile = spec["sla"]["properties"]["percentile"]
     assert (percentile["maximum"], percentile["exclusiveMaximum"]) == (100, True)
@@ -81,7 +83,9 @@ def test_schema_level_validations() -> None:
     assert spec["model"]["required"] == ["name"]
     assert spec["prefill"]["properties"]["gpuProduct"]["nullable"] is True
     assert spec["prefill"]["properties"]["resources"]["additionalProperties"] == {"x-kubernetes-int-or-string": True}
-    assert spec["engine"]["properties"]["env"]["items"]["properties"]["valueFrom"]["x-kubernetes-preserve-unknown-fields"]
+    assert spec["engine"]["properties"]["env"]["items"]["properties"]["valueFrom"][
+        "x-kubernetes-preserve-unknown-fields"
+    ]
     assert spec["model"]["description"] == "The model to serve."
 
 

@@ -85,41 +85,75 @@ def test_replicas_outside_autoscaling_bounds_are_allowed() -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        (with_minimal(prefill={"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}),
-         "spec.prefill.autoscaling: minReplicas (5) must be <= maxReplicas (2)"),
+        (
+            with_minimal(prefill={"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}),
+            "spec.prefill.autoscaling: minReplicas (5) must be <= maxReplicas (2)",
+        ),
         (with_minimal(prefil={}), "spec.prefil: unknown field (check its spelling; fields are camelCase)"),
         (with_minimal(decode={"replica": 2}), "spec.decode.replica: unknown field"),
         ({}, "spec.model: required field is missing"),
         (with_minimal(engine={"kind": "trt"}), "spec.engine.kind: Input should be 'vllm' or 'sglang', got 'trt'"),
-        (with_minimal(engine={"kind": "sglang"}, kvTransfer={"connector": "lmcache"}),
-         "spec.kvTransfer.connector: sglang supports nixl or mooncake, not lmcache"),
-        (with_minimal(engine={"kind": "sglang"}, kvTransfer={"cacheDtype": "int8"}),
-         "spec.kvTransfer.cacheDtype: sglang supports auto or fp8, not int8"),
-        (with_minimal(decode={"resources": {"cpu": "eight"}}),
-         "spec.decode.resources.cpu: 'eight' is not a Kubernetes quantity"),
-        (with_minimal(decode={"resources": {"nvidia.com/gpu": 1}}),
-         "spec.decode: resources must not set nvidia.com/gpu; use gpusPerReplica"),
-        (with_minimal(prefill={"gpuProduct": "NVIDIA-H100-80GB-HBM3", "gpusPerReplica": 0}),
-         "spec.prefill: gpusPerReplica must be >= 1 when gpuProduct is set (got 0)"),
+        (
+            with_minimal(engine={"kind": "sglang"}, kvTransfer={"connector": "lmcache"}),
+            "spec.kvTransfer.connector: sglang supports nixl or mooncake, not lmcache",
+        ),
+        (
+            with_minimal(engine={"kind": "sglang"}, kvTransfer={"cacheDtype": "int8"}),
+            "spec.kvTransfer.cacheDtype: sglang supports auto or fp8, not int8",
+        ),
+        (
+            with_minimal(decode={"resources": {"cpu": "eight"}}),
+            "spec.decode.resources.cpu: 'eight' is not a Kubernetes quantity",
+        ),
+        (
+            with_minimal(decode={"resources": {"nvidia.com/gpu": 1}}),
+            "spec.decode: resources must not set nvidia.com/gpu; use gpusPerReplica",
+        ),
+        (
+            with_minimal(prefill={"gpuProduct": "NVIDIA-H100-80GB-HBM3", "gpusPerReplica": 0}),
+            "spec.prefill: gpusPerReplica must be >= 1 when gpuProduct is set (got 0)",
+        ),
         (with_minimal(prefill={"replicas": -1}), "spec.prefill.replicas: Input should be greater than or equal to 0"),
-        (with_minimal(topology={"rackLabel": "bad key!"}), "spec.topology.rackLabel: 'bad key!' must match the pattern"),
+        (
+            with_minimal(topology={"rackLabel": "bad key!"}),
+            "spec.topology.rackLabel: 'bad key!' must match the pattern",
+        ),
         (with_minimal(topology={"placement": "Packed"}), "spec.topology.placement: Input should be"),
-        (with_minimal(decode={"autoscaling": {"capacityTokensPerSecond": 0}}),
-         "spec.decode.autoscaling.capacityTokensPerSecond: Input should be greater than 0"),
-        (with_minimal(autoscaler={"gpuBudget": 1}),
-         "spec.autoscaler.gpuBudget: 1 GPUs is less than the pools need at least (prefill 1 x 1 + decode 1 x 1 = 2)"),
-        (with_minimal(autoscaler={"pdRatio": {"min": 3, "max": 1}}), "spec.autoscaler.pdRatio: min (3) must be <= max (1)"),
-        (with_minimal(autoscaler={"pdRatio": {"min": 0, "max": 1}}), "spec.autoscaler.pdRatio.min: Input should be greater than 0"),
-        (with_minimal(engine={"env": [{"name": "A", "value": "1"}, {"name": "A"}]}),
-         "spec.engine: env names must be unique, repeated: A"),
-        (with_minimal(engine={"env": [{"name": "A", "value": "1", "valueFrom": {"secretKeyRef": {}}}]}),
-         "spec.engine.env[0]: env A: set either value or valueFrom, not both"),
-        (with_minimal(router={"port": 9000, "adminPort": 9000}), "spec.router: port and adminPort must differ (both 9000)"),
+        (
+            with_minimal(decode={"autoscaling": {"capacityTokensPerSecond": 0}}),
+            "spec.decode.autoscaling.capacityTokensPerSecond: Input should be greater than 0",
+        ),
+        (
+            with_minimal(autoscaler={"gpuBudget": 1}),
+            "spec.autoscaler.gpuBudget: 1 GPUs is less than the pools need at least (prefill 1 x 1 + decode 1 x 1 = 2)",
+        ),
+        (
+            with_minimal(autoscaler={"pdRatio": {"min": 3, "max": 1}}),
+            "spec.autoscaler.pdRatio: min (3) must be <= max (1)",
+        ),
+        (
+            with_minimal(autoscaler={"pdRatio": {"min": 0, "max": 1}}),
+            "spec.autoscaler.pdRatio.min: Input should be greater than 0",
+        ),
+        (
+            with_minimal(engine={"env": [{"name": "A", "value": "1"}, {"name": "A"}]}),
+            "spec.engine: env names must be unique, repeated: A",
+        ),
+        (
+            with_minimal(engine={"env": [{"name": "A", "value": "1", "valueFrom": {"secretKeyRef": {}}}]}),
+            "spec.engine.env[0]: env A: set either value or valueFrom, not both",
+        ),
+        (
+            with_minimal(router={"port": 9000, "adminPort": 9000}),
+            "spec.router: port and adminPort must differ (both 9000)",
+        ),
         (with_minimal(router={"port": 70000}), "spec.router.port: Input should be less than or equal to 65535"),
         (with_minimal(sla={"percentile": 100}), "spec.sla.percentile: Input should be less than 100"),
         (with_minimal(prometheus={"url": "prometheus:9090"}), "spec.prometheus.url: 'prometheus:9090' must match"),
-        (with_minimal(prefill={"tolerations": [{"operator": "Maybe"}]}),
-         "spec.prefill.tolerations[0].operator: Input should be 'Exists' or 'Equal', got 'Maybe'"),
+        (
+            with_minimal(prefill={"tolerations": [{"operator": "Maybe"}]}),
+            "spec.prefill.tolerations[0].operator: Input should be 'Exists' or 'Equal', got 'Maybe'",
+        ),
     ],
 )
 def test_invalid_specs_name_the_field_and_the_fix(spec: dict, message: str) -> None:
@@ -137,7 +171,9 @@ def test_every_error_is_reported_in_one_message() -> None:
 
 def test_gpu_budget_counts_autoscaling_minimums() -> None:
     scaled = {"replicas": 9, "autoscaling": {"enabled": True, "minReplicas": 1, "maxReplicas": 9}}
-    assert parse_spec(with_minimal(prefill=scaled, decode=scaled, autoscaler={"gpuBudget": 2})).autoscaler.gpu_budget == 2
+    assert (
+        parse_spec(with_minimal(prefill=scaled, decode=scaled, autoscaler={"gpuBudget": 2})).autoscaler.gpu_budget == 2
+    )
 
 
 def test_spec_must_be_an_object() -> None:
@@ -160,12 +196,27 @@ def test_status_round_trips_on_the_wire() -> None:
     wire = {
         "observedGeneration": 3,
         "prefill": PoolStatus.of(desired=2, current=2, ready=1).model_dump(by_alias=True),
-        "cells": [{"name": "x-prefill-rack-a", "pool": "prefill", "rack": "rack-a", "zone": "z", "desired": 2, "ready": 1}],
-        "conditions": [{"type": "Ready", "status": "False", "reason": "Waiting", "message": "m",
-                        "lastTransitionTime": "2025-01-01T00:00:00Z"}],
-        "autoscaler": {"prefill": {"desiredReplicas": 3, "drivingSignal": "ttft", "signals": {"ttft": 0.7},
-                                   "lastScaleTime": "2025-01-01T00:00:00Z"},
-                       "metrics": {"available": True, "reason": "Ok", "message": ""}},
+        "cells": [
+            {"name": "x-prefill-rack-a", "pool": "prefill", "rack": "rack-a", "zone": "z", "desired": 2, "ready": 1}
+        ],
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "False",
+                "reason": "Waiting",
+                "message": "m",
+                "lastTransitionTime": "2025-01-01T00:00:00Z",
+            }
+        ],
+        "autoscaler": {
+            "prefill": {
+                "desiredReplicas": 3,
+                "drivingSignal": "ttft",
+                "signals": {"ttft": 0.7},
+                "lastScaleTime": "2025-01-01T00:00:00Z",
+            },
+            "metrics": {"available": True, "reason": "Ok", "message": ""},
+        },
         "drain": {"pool": "decode", "targetReplicas": 1, "endpoints": ["x-decode-rack-a-1"], "startedAt": "t"},
         "kopf": {"progress": {}},
     }

@@ -115,8 +115,19 @@ def test_held_pool_is_not_moved_by_the_fleet_step():
 
 
 def _signals(pool: str, replicas: int, **values) -> PoolSignals:
-    base = dict(pool=pool, ttft_p=None, itl_p=None, queue_total=0.0, running_total=0.0, kv_usage=0.0, prompt_tps=0.0,
-                gen_tps=0.0, request_rate=0.0, replicas_reporting=replicas, fetched_at=NOW)
+    base = dict(
+        pool=pool,
+        ttft_p=None,
+        itl_p=None,
+        queue_total=0.0,
+        running_total=0.0,
+        kv_usage=0.0,
+        prompt_tps=0.0,
+        gen_tps=0.0,
+        request_rate=0.0,
+        replicas_reporting=replicas,
+        fetched_at=NOW,
+    )
     return PoolSignals(**{**base, **values})
 
 
@@ -134,8 +145,10 @@ def test_decide_fleet_combines_pool_decisions_and_states():
 
 
 def test_decide_fleet_holds_a_pool_without_metrics():
-    readings = {"prefill": _signals("prefill", 2, queue_total=16.0),
-                "decode": MetricsUnavailable("decode", NO_SAMPLES, "nothing scraped")}
+    readings = {
+        "prefill": _signals("prefill", 2, queue_total=16.0),
+        "decode": MetricsUnavailable("decode", NO_SAMPLES, "nothing scraped"),
+    }
     states = {"decode": PoolScalerState(last_scale_at=NOW - 60)}
     result = decide_fleet(fleet(), {"prefill": 2, "decode": 3}, readings, states, NOW)
     assert result.replicas == {"prefill": 3, "decode": 3}  # 16 waiting on 2: one breach adds at most 1.5x

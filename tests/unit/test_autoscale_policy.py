@@ -26,17 +26,37 @@ NOW = 10_000.0
 
 def reading(pool: str = "prefill", **values) -> PoolSignals:
     """A PoolSignals of an idle-looking pool with 2 reporting replicas, overridden by `values`."""
-    base = dict(pool=pool, ttft_p=None, itl_p=None, queue_total=0.0, running_total=0.0, kv_usage=0.1,
-                prompt_tps=0.0, gen_tps=0.0, request_rate=0.0, replicas_reporting=2, fetched_at=NOW)
+    base = dict(
+        pool=pool,
+        ttft_p=None,
+        itl_p=None,
+        queue_total=0.0,
+        running_total=0.0,
+        kv_usage=0.1,
+        prompt_tps=0.0,
+        gen_tps=0.0,
+        request_rate=0.0,
+        replicas_reporting=2,
+        fetched_at=NOW,
+    )
     base.update(values)
     return PoolSignals(**base)
 
 
 def prefill_config(**overrides) -> PoolPolicyConfig:
     """Prefill config with no stabilization or step limits unless overridden, so each test sees one mechanism."""
-    base = dict(pool="prefill", min_replicas=1, max_replicas=16, target_latency_ms=500, target_queue_per_replica=4,
-                tolerance=0.1, scale_up_stabilization_s=0, scale_down_stabilization_s=0, max_scale_up_step=0,
-                max_scale_down_step=0)
+    base = dict(
+        pool="prefill",
+        min_replicas=1,
+        max_replicas=16,
+        target_latency_ms=500,
+        target_queue_per_replica=4,
+        tolerance=0.1,
+        scale_up_stabilization_s=0,
+        scale_down_stabilization_s=0,
+        max_scale_up_step=0,
+        max_scale_down_step=0,
+    )
     base.update(overrides)
     return PoolPolicyConfig(**base)
 
@@ -116,8 +136,9 @@ def test_latency_below_target_never_shrinks_a_pool_on_its_own():
 def test_an_empty_queue_never_shrinks_a_pool_on_its_own():
     decision, _ = decide(prefill_config(), 4, reading(ttft_p=0.1, queue_total=0.0, replicas_reporting=4))
     assert decision.desired == 4
-    plain_hpa, state = decide(prefill_config(plain_hpa=True), 4,
-                              reading(queue_total=4.0, prompt_tps=9000, replicas_reporting=4))
+    plain_hpa, state = decide(
+        prefill_config(plain_hpa=True), 4, reading(queue_total=4.0, prompt_tps=9000, replicas_reporting=4)
+    )
     assert plain_hpa.desired == 1  # ceil(4 * 1/4): the HPA formula the hpa-queue baseline keeps
     assert state.learned_capacity_tps is None  # and HPA has no capacity signal
 
@@ -234,8 +255,9 @@ def test_bounds_clamp_recommendations_and_manual_edits():
     assert high.desired == 8
     assert "clamped to maxReplicas 8" in high.reason
     # a manual edit to 12 (above max) is brought back to max at once, whatever the down step
-    edited, _ = decide(prefill_config(max_replicas=8, max_scale_down_step=1), 12,
-                       reading(ttft_p=0.5, replicas_reporting=12))
+    edited, _ = decide(
+        prefill_config(max_replicas=8, max_scale_down_step=1), 12, reading(ttft_p=0.5, replicas_reporting=12)
+    )
     assert edited.desired == 8
     low, _ = decide(sized_config(min_replicas=2), 3, reading(prompt_tps=100, replicas_reporting=3))
     assert low.desired == 2

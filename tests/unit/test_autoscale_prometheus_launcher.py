@@ -18,8 +18,10 @@ from pdfleet.localfleet.prometheus import (
 def _pod(name, pool="prefill", ip="10.0.0.5", scrape="true", port="8000", **extra_annotations):
     annotations = {"prometheus.io/scrape": scrape, "prometheus.io/port": port, **extra_annotations}
     labels = {"app.kubernetes.io/instance": "llama", "pdfleet.dev/pool": pool, "pdfleet.dev/rack": "rack-a"}
-    return {"metadata": {"name": name, "namespace": "inference", "labels": labels, "annotations": annotations},
-            "status": {"podIP": ip}}
+    return {
+        "metadata": {"name": name, "namespace": "inference", "labels": labels, "annotations": annotations},
+        "status": {"podIP": ip},
+    }
 
 
 def test_file_sd_job_scrapes_at_the_given_interval(tmp_path: Path):
@@ -54,13 +56,20 @@ def test_pod_scrape_targets_keep_annotated_engine_pods_only():
     ]
     targets = pod_scrape_targets(pods)
     assert [t.address for t in targets] == ["10.0.0.5:8000", "10.0.0.6:8001"]
-    assert targets[0].labels == {"pdd": "llama", "pool": "prefill", "rack": "rack-a", "namespace": "inference",
-                                 "pod": "llama-prefill-rack-a-0", "__metrics_path__": "/metrics"}
+    assert targets[0].labels == {
+        "pdd": "llama",
+        "pool": "prefill",
+        "rack": "rack-a",
+        "namespace": "inference",
+        "pod": "llama-prefill-rack-a-0",
+        "__metrics_path__": "/metrics",
+    }
 
 
 def test_file_sd_file_is_the_documented_json(tmp_path: Path):
     path = tmp_path / "targets.json"
     write_file_sd(path, [ScrapeTarget("127.0.0.1:9000", {"pdd": "llama", "pool": "decode"})])
-    assert json.loads(path.read_text()) == [{"targets": ["127.0.0.1:9000"], "labels": {"pdd": "llama",
-                                                                                       "pool": "decode"}}]
+    assert json.loads(path.read_text()) == [
+        {"targets": ["127.0.0.1:9000"], "labels": {"pdd": "llama", "pool": "decode"}}
+    ]
     assert not list(tmp_path.glob("*.tmp"))

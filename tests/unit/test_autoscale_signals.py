@@ -33,7 +33,7 @@ def test_sglang_queries_use_sglang_names():
 
 
 def test_selector_quotes_label_values():
-    assert fleet_selector('ns', 'a"b\\c') == 'namespace="ns",pdd="a\\"b\\\\c",pool=~"prefill|decode"'
+    assert fleet_selector("ns", 'a"b\\c') == 'namespace="ns",pdd="a\\"b\\\\c",pool=~"prefill|decode"'
     assert series("vllm:num_requests_waiting", 'pdd="x"') == '{__name__=~"vllm[:_]num_requests_waiting",pdd="x"}'
 
 
@@ -82,14 +82,19 @@ def test_empty_results_are_unavailable_not_zero():
 
 def test_policy_config_from_the_api_model():
     model = pytest.importorskip("pdfleet.api.model")
-    spec = model.PDDeploymentSpec.model_validate({
-        "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
-        "engine": {"kind": "sglang"},
-        "prefill": {"gpusPerReplica": 2, "autoscaling": {"enabled": True, "maxReplicas": 6, "targetLatencyMs": 400}},
-        "decode": {"autoscaling": {"enabled": True, "maxScaleDownStep": 2}},
-        "sla": {"ttftMs": 500, "tpotMs": 40, "percentile": 95},
-        "autoscaler": {"windowSeconds": 30, "gpuBudget": 24, "pdRatio": {"min": 0.25, "max": 2}},
-    })
+    spec = model.PDDeploymentSpec.model_validate(
+        {
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+            "engine": {"kind": "sglang"},
+            "prefill": {
+                "gpusPerReplica": 2,
+                "autoscaling": {"enabled": True, "maxReplicas": 6, "targetLatencyMs": 400},
+            },
+            "decode": {"autoscaling": {"enabled": True, "maxScaleDownStep": 2}},
+            "sla": {"ttftMs": 500, "tpotMs": 40, "percentile": 95},
+            "autoscaler": {"windowSeconds": 30, "gpuBudget": 24, "pdRatio": {"min": 0.25, "max": 2}},
+        }
+    )
     config = policy_config_from_spec(spec, capacity_tokens_per_s={"prefill": 8000})
     assert (config.prefill.target_latency_ms, config.decode.target_latency_ms) == (400, 40)
     assert config.prefill.max_replicas == 6 and config.prefill.gpus_per_replica == 2

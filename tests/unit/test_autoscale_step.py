@@ -13,38 +13,76 @@ T0 = 1_800_000_000.0
 
 
 def spec(prefill: int = 2, decode: int = 2, down_window: int = 0):
-    scaling = {"enabled": True, "minReplicas": 1, "maxReplicas": 8, "scaleDownStabilizationSeconds": down_window,
-               "capacityTokensPerSecond": 1000}
-    return parse_spec({
-        "model": {"name": "m"}, "engine": {"kind": "vllm", "image": "i"},
-        "prefill": {"replicas": prefill, "gpusPerReplica": 1, "autoscaling": scaling},
-        "decode": {"replicas": decode, "gpusPerReplica": 1, "autoscaling": scaling},
-        "sla": {"ttftMs": 500, "tpotMs": 50},
-    })
+    scaling = {
+        "enabled": True,
+        "minReplicas": 1,
+        "maxReplicas": 8,
+        "scaleDownStabilizationSeconds": down_window,
+        "capacityTokensPerSecond": 1000,
+    }
+    return parse_spec(
+        {
+            "model": {"name": "m"},
+            "engine": {"kind": "vllm", "image": "i"},
+            "prefill": {"replicas": prefill, "gpusPerReplica": 1, "autoscaling": scaling},
+            "decode": {"replicas": decode, "gpusPerReplica": 1, "autoscaling": scaling},
+            "sla": {"ttftMs": 500, "tpotMs": 50},
+        }
+    )
 
 
-NODES = [node_info({"metadata": {"name": f"n-{rack}", "labels": {"topology.pdfleet.dev/rack": rack}},
-                    "status": {"allocatable": {"nvidia.com/gpu": "8"},
-                               "conditions": [{"type": "Ready", "status": "True"}]}},
-                   spec().topology) for rack in ("rack-a", "rack-b")]
+NODES = [
+    node_info(
+        {
+            "metadata": {"name": f"n-{rack}", "labels": {"topology.pdfleet.dev/rack": rack}},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
+        },
+        spec().topology,
+    )
+    for rack in ("rack-a", "rack-b")
+]
 
 
-def signals(pool: str, ttft: float | None = None, itl: float | None = None, replicas: int = 2,
-            tokens_per_s: float = 100.0) -> PoolSignals:
+def signals(
+    pool: str, ttft: float | None = None, itl: float | None = None, replicas: int = 2, tokens_per_s: float = 100.0
+) -> PoolSignals:
     """A reading; `tokens_per_s` is the pool's prompt (prefill) or generated (decode) token rate."""
-    return PoolSignals(pool=pool, ttft_p=ttft, itl_p=itl, queue_total=0.0, running_total=1.0, kv_usage=0.1,
-                       prompt_tps=tokens_per_s, gen_tps=tokens_per_s, request_rate=1.0, replicas_reporting=replicas,
-                       fetched_at=T0)
+    return PoolSignals(
+        pool=pool,
+        ttft_p=ttft,
+        itl_p=itl,
+        queue_total=0.0,
+        running_total=1.0,
+        kv_usage=0.1,
+        prompt_tps=tokens_per_s,
+        gen_tps=tokens_per_s,
+        request_rate=1.0,
+        replicas_reporting=replicas,
+        fetched_at=T0,
+    )
 
 
 def step(s, readings, status: dict[str, Any] | None = None, views=(), now: float = T0, states=None):
-    return plan_autoscale(spec=s, pdd_name="f", status=status or {}, nodes=NODES, readings=readings,
-                          states=states or {}, router_views=list(views), now=now)
+    return plan_autoscale(
+        spec=s,
+        pdd_name="f",
+        status=status or {},
+        nodes=NODES,
+        readings=readings,
+        states=states or {},
+        router_views=list(views),
+        now=now,
+    )
 
 
 def test_ttft_breach_scales_prefill_up_at_once_and_leaves_decode():
-    result = step(spec(), {"prefill": signals("prefill", ttft=1.0, tokens_per_s=2000),
-                           "decode": signals("decode", itl=0.05, tokens_per_s=2000)})
+    result = step(
+        spec(),
+        {
+            "prefill": signals("prefill", ttft=1.0, tokens_per_s=2000),
+            "decode": signals("decode", itl=0.05, tokens_per_s=2000),
+        },
+    )
     assert result.replicas == {"prefill": 3}, "one latency breach adds at most half the reporting replicas"
     assert [e.reason for e in result.events] == ["ScaledUp"]
     assert "TTFT" in result.events[0].message and "2\u21923" in result.events[0].message
@@ -88,20 +126,28 @@ def test_load_returning_during_a_drain_cancels_it():
     s = spec(prefill=4)
     started = step(s, {"prefill": signals("prefill", ttft=0.05, replicas=4), "decode": signals("decode", itl=0.05)})
     # Demand back at what four replicas serve: the capacity signal no longer asks for fewer.
-    hot = {"prefill": signals("prefill", ttft=0.5, replicas=4, tokens_per_s=4000), "decode": signals("decode", itl=0.05)}
+    hot = {
+        "prefill": signals("prefill", ttft=0.5, replicas=4, tokens_per_s=4000),
+        "decode": signals("decode", itl=0.05),
+    }
     again = step(s, hot, status=started.status, views=[[]], now=T0 + 2, states=started.states)
     assert again.replicas == {} and again.status["drain"] is None
     assert [e.reason for e in again.events] == ["DrainCancelled"]
 
 
 def test_missing_metrics_hold_replicas_and_say_why():
-    down = {pool: MetricsUnavailable(pool, "unreachable", "Prometheus http://p:9090 unreachable")
-            for pool in ("prefill", "decode")}
+    down = {
+        pool: MetricsUnavailable(pool, "unreachable", "Prometheus http://p:9090 unreachable")
+        for pool in ("prefill", "decode")
+    }
     result = step(spec(), down)
     assert result.replicas == {} and result.status["drain"] is None and result.events == ()
     metrics = result.status["autoscaler"]["metrics"]
-    assert metrics == {"available": False, "reason": "MetricsUnreachable",
-                       "message": "prefill: Prometheus http://p:9090 unreachable; holding current replicas"}
+    assert metrics == {
+        "available": False,
+        "reason": "MetricsUnreachable",
+        "message": "prefill: Prometheus http://p:9090 unreachable; holding current replicas",
+    }
 
 
 def test_default_scale_down_window_waits_before_draining():

@@ -14,7 +14,6 @@ import yaml
 from pdfleet.chart import alerts, rbac
 from pdfleet.chart import manifests as render
 
-
 CHART = str(render.CHART)
 HELM = render.find_helm()
 pytestmark = pytest.mark.skipif(HELM is None, reason="helm not installed (bash .ci/install-control-plane.sh)")
@@ -33,16 +32,18 @@ def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [o for o in objects if o["kind"] == kind]
 
 
-@pytest.mark.parametrize("values", [[], ALL_ON, ALL_ON + ["--set", "operator.watchNamespaces={a,b}"]],
-                         ids=["defaults", "everything-on", "namespaced"])
+@pytest.mark.parametrize(
+    "values",
+    [[], ALL_ON, ALL_ON + ["--set", "operator.watchNamespaces={a,b}"]],
+    ids=["defaults", "everything-on", "namespaced"],
+)
 def test_helm_lint_strict_passes(values: list[str]) -> None:
     helm("lint", CHART, "--strict", *values)
 
 
 def test_defaults_render_operator_rbac_metrics_service_and_dashboards_only() -> None:
     kinds = sorted(o["kind"] for o in template())
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", *["ConfigMap"] * 5, "Deployment", "Service",
-                     "ServiceAccount"]
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", *["ConfigMap"] * 5, "Deployment", "Service", "ServiceAccount"]
 
 
 def test_operator_deployment_runs_the_operator_cli_with_probe_and_ports() -> None:
@@ -96,10 +97,20 @@ def test_dashboards_are_configmaps_for_the_grafana_sidecar() -> None:
 
 
 def test_monitoring_renders_monitors_and_the_generated_alert_rules_with_extra_labels() -> None:
-    objects = template("--set", "monitoring.enabled=true", "--set", "monitoring.labels.release=prom",
-                       "--set", "monitoring.rules.additionalLabels.team=inference")
-    assert sorted(o["kind"] for o in objects if o["apiVersion"] == "monitoring.coreos.com/v1") == \
-        ["PodMonitor", "PodMonitor", "PrometheusRule", "ServiceMonitor"]
+    objects = template(
+        "--set",
+        "monitoring.enabled=true",
+        "--set",
+        "monitoring.labels.release=prom",
+        "--set",
+        "monitoring.rules.additionalLabels.team=inference",
+    )
+    assert sorted(o["kind"] for o in objects if o["apiVersion"] == "monitoring.coreos.com/v1") == [
+        "PodMonitor",
+        "PodMonitor",
+        "PrometheusRule",
+        "ServiceMonitor",
+    ]
     (rule,) = by_kind(objects, "PrometheusRule")
     assert rule["metadata"]["labels"]["release"] == "prom"
     expected = alerts.rule_groups()
@@ -121,8 +132,12 @@ def test_promtool_accepts_the_alert_rules(tmp_path: Path) -> None:
     promtool = shutil.which("promtool")
     if not promtool:
         pytest.skip("promtool not installed (Debian package prometheus)")
-    result = subprocess.run([promtool, "check", "rules", str(render.CHART / "files" / "alert-rules.yaml")],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [promtool, "check", "rules", str(render.CHART / "files" / "alert-rules.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -138,8 +153,10 @@ def test_pod_monitors_select_the_pods_the_operator_renders_on_their_named_ports(
     from pdfleet.render.services import ROUTER_ADMIN_PORT_NAME
     from pdfleet.render.statefulset import ENGINE_PORT_NAME
 
-    monitors = {o["metadata"]["name"].rsplit("-", 1)[1]: o["spec"]
-                for o in by_kind(template("--set", "monitoring.enabled=true"), "PodMonitor")}
+    monitors = {
+        o["metadata"]["name"].rsplit("-", 1)[1]: o["spec"]
+        for o in by_kind(template("--set", "monitoring.enabled=true"), "PodMonitor")
+    }
     engines, routers = monitors["engines"], monitors["routers"]
     for pool in ("prefill", "decode"):
         assert _selects(engines["selector"], component_labels("fleet", pool))

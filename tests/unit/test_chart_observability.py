@@ -16,16 +16,30 @@ from pdfleet.operator import fleet_metrics as fm
 
 BODY = {
     "metadata": {"namespace": "ml", "name": "chat"},
-    "spec": {"model": {"name": "m"}, "prefill": {"replicas": 3, "autoscaling": {"enabled": True, "maxReplicas": 3}},
-             "decode": {"replicas": 2}, "sla": {"ttftMs": 400, "tpotMs": 40}},
+    "spec": {
+        "model": {"name": "m"},
+        "prefill": {"replicas": 3, "autoscaling": {"enabled": True, "maxReplicas": 3}},
+        "decode": {"replicas": 2},
+        "sla": {"ttftMs": 400, "tpotMs": 40},
+    },
     "status": {
         "prefill": {"desiredReplicas": 3, "currentReplicas": 3, "readyReplicas": 2},
         "decode": {"desiredReplicas": 2, "currentReplicas": 2, "readyReplicas": 2},
-        "autoscaler": {"metrics": {"available": False, "reason": "PrometheusDown"},
-                       "prefill": {"desiredReplicas": 3, "drivingSignal": "ttft_p", "signals": {"ttft_p": 0.8},
-                                   "lastScaleTime": "2026-01-01T00:00:00Z"}},
-        "drain": {"pool": "decode", "targetReplicas": 1, "endpoints": ["chat-decode-rack-a-1"],
-                  "startedAt": "2026-01-01T00:01:00Z"},
+        "autoscaler": {
+            "metrics": {"available": False, "reason": "PrometheusDown"},
+            "prefill": {
+                "desiredReplicas": 3,
+                "drivingSignal": "ttft_p",
+                "signals": {"ttft_p": 0.8},
+                "lastScaleTime": "2026-01-01T00:00:00Z",
+            },
+        },
+        "drain": {
+            "pool": "decode",
+            "targetReplicas": 1,
+            "endpoints": ["chat-decode-rack-a-1"],
+            "startedAt": "2026-01-01T00:01:00Z",
+        },
     },
 }
 
@@ -51,8 +65,14 @@ def test_fleet_samples_expose_bounds_of_autoscaled_pools_and_last_scale_time() -
 
 
 def test_collector_names_never_clash_with_the_autoscalers_own_metrics() -> None:
-    exported_by_autoscaler = {fm.AUTOSCALER_DESIRED_REPLICAS, fm.AUTOSCALER_CURRENT_REPLICAS, fm.AUTOSCALER_SIGNAL,
-                              fm.AUTOSCALER_DECISIONS, fm.AUTOSCALER_METRICS_AVAILABLE, fm.AUTOSCALER_DRAINING}
+    exported_by_autoscaler = {
+        fm.AUTOSCALER_DESIRED_REPLICAS,
+        fm.AUTOSCALER_CURRENT_REPLICAS,
+        fm.AUTOSCALER_SIGNAL,
+        fm.AUTOSCALER_DECISIONS,
+        fm.AUTOSCALER_METRICS_AVAILABLE,
+        fm.AUTOSCALER_DRAINING,
+    }
     assert not exported_by_autoscaler & set(fm.FLEET_METRICS)
     assert fm.AUTOSCALER_DESIRED_REPLICAS == "pdfleet_autoscaler_desired_replicas"
 
@@ -88,16 +108,31 @@ def test_every_dashboard_query_selects_one_pddeployment() -> None:
 
 def test_required_dashboards_and_alerts_exist() -> None:
     assert [d.uid for d in dashboards.all_dashboards()] == [
-        "pdfleet-fleet", "pdfleet-sla", "pdfleet-autoscaler", "pdfleet-router", "pdfleet-kv-transfer"]
+        "pdfleet-fleet",
+        "pdfleet-sla",
+        "pdfleet-autoscaler",
+        "pdfleet-router",
+        "pdfleet-kv-transfer",
+    ]
     assert {a.name for a in alerts.alerts()} == {
-        "PDFleetTTFTSLABreach", "PDFleetTPOTSLABreach", "PDFleetEngineMetricsMissing",
-        "PDFleetAutoscalerMetricsUnavailable", "PDFleetPoolAtMaxReplicas", "PDFleetDrainStuck"}
+        "PDFleetTTFTSLABreach",
+        "PDFleetTPOTSLABreach",
+        "PDFleetEngineMetricsMissing",
+        "PDFleetAutoscalerMetricsUnavailable",
+        "PDFleetPoolAtMaxReplicas",
+        "PDFleetDrainStuck",
+    }
 
 
 def concrete(expr: str) -> str:
     """A dashboard query with Grafana's variables replaced, as Grafana sends it."""
-    for variable, value in (("$__rate_interval", "1m"), ("$__range", "1h"), ("$__interval", "15s"),
-                            ("$namespace", "ml"), ("$pdd", "chat")):
+    for variable, value in (
+        ("$__rate_interval", "1m"),
+        ("$__range", "1h"),
+        ("$__interval", "15s"),
+        ("$namespace", "ml"),
+        ("$pdd", "chat"),
+    ):
         expr = expr.replace(variable, value)
     return expr
 
@@ -106,8 +141,10 @@ def test_promtool_parses_every_dashboard_query(tmp_path: Path) -> None:
     promtool = shutil.which("promtool")
     if not promtool:
         pytest.skip("promtool not installed (Debian package prometheus)")
-    rules = [{"record": f"pdfleet:check:{i}", "expr": concrete(expr)}
-             for i, (_, _, expr) in enumerate(dashboards.panel_queries())]
+    rules = [
+        {"record": f"pdfleet:check:{i}", "expr": concrete(expr)}
+        for i, (_, _, expr) in enumerate(dashboards.panel_queries())
+    ]
     path = tmp_path / "dashboard-queries.yaml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
     result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)

@@ -17,9 +17,25 @@ def test_vllm_args_and_role_from_kv_role(monkeypatch):
     monkeypatch.delenv("PDFLEET_EMULATOR_MODEL", raising=False)
     monkeypatch.delenv("POD_IP", raising=False)
     monkeypatch.delenv("PDFLEET_ADVERTISE_HOST", raising=False)
-    s = parse_serve_args(["meta-llama/Llama-3.1-70B-Instruct", "--port", "9000", "--served-model-name", "llama-70b",
-                          *kv("kv_producer"), "--kv-cache-dtype", "fp8", "--max-num-seqs", "64",
-                          "--tensor-parallel-size", "4", "--dtype", "bfloat16", "--enable-prefix-caching"])
+    s = parse_serve_args(
+        [
+            "meta-llama/Llama-3.1-70B-Instruct",
+            "--port",
+            "9000",
+            "--served-model-name",
+            "llama-70b",
+            *kv("kv_producer"),
+            "--kv-cache-dtype",
+            "fp8",
+            "--max-num-seqs",
+            "64",
+            "--tensor-parallel-size",
+            "4",
+            "--dtype",
+            "bfloat16",
+            "--enable-prefix-caching",
+        ]
+    )
     assert (s.role, s.port, s.served_model_name, s.kv_connector) == ("prefill", 9000, "llama-70b", "NixlConnector")
     assert (s.kv_cache_dtype, s.max_num_seqs, s.tensor_parallel_size) == ("fp8", 64, 4)
     assert s.model_preset == "llama-3.1-70b"  # guessed from the HF model id
@@ -35,22 +51,33 @@ def test_emulator_args_and_env_defaults(monkeypatch):
     monkeypatch.setenv("PDFLEET_EMULATOR_GPU", "NVIDIA-L4")
     monkeypatch.setenv("PDFLEET_RACK", "rack-b")
     monkeypatch.setenv("POD_IP", "10.0.0.7")
-    s = parse_serve_args(["meta-llama/Llama-3.1-8B", "--emulator-zero-delay", "--fault-fail-kv-pull", "2",
-                          "--kv-load-failure-policy", "recompute"])
+    s = parse_serve_args(
+        [
+            "meta-llama/Llama-3.1-8B",
+            "--emulator-zero-delay",
+            "--fault-fail-kv-pull",
+            "2",
+            "--kv-load-failure-policy",
+            "recompute",
+        ]
+    )
     assert (s.model_preset, s.gpu_preset, s.rack, s.advertise_host) == ("qwen2.5-0.5b", "L4", "rack-b", "10.0.0.7")
     assert s.zero_delay and s.faults.fail_kv_pull == 2 and s.kv_load_failure_policy == "recompute"
     s = parse_serve_args(["m", "--emulator-speedup", "20", "--rack", "r1", "--emulator-advertise-host", "h"])
     assert (s.speedup, s.rack, s.advertise_host) == (20.0, "r1", "h")
 
 
-@pytest.mark.parametrize("argv", [
-    [],
-    ["m", "--emulator-gpu", "TPU"],
-    ["m", "--emulator-speedup", "0"],
-    ["m", "--emulator-speedup", "2", "--emulator-zero-delay"],
-    ["m", "--kv-transfer-config", '{"kv_role": "kv_sideways"}'],
-    ["m", "--fault-slowdown", "-1"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["m", "--emulator-gpu", "TPU"],
+        ["m", "--emulator-speedup", "0"],
+        ["m", "--emulator-speedup", "2", "--emulator-zero-delay"],
+        ["m", "--kv-transfer-config", '{"kv_role": "kv_sideways"}'],
+        ["m", "--fault-slowdown", "-1"],
+    ],
+)
 def test_bad_arguments_exit(argv):
     with pytest.raises(SystemExit):
         parse_serve_args(argv)

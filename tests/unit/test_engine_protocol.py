@@ -13,7 +13,7 @@ def parse_sse(raw: bytes) -> list:
     assert text.endswith("\n\n")
     events = text[:-2].split("\n\n")
     assert all(e.startswith("data: ") for e in events)
-    return [e[len("data: "):] for e in events]
+    return [e[len("data: ") :] for e in events]
 
 
 def test_sse_event_framing_is_compact_json():
@@ -28,12 +28,19 @@ def test_completion_stream_body_chunks_usage_and_done():
     chunks = [json.loads(e) for e in events[:-1]]
     assert [c["choices"][0]["text"] for c in chunks[:2]] == ["alpha ", "bravo "]
     first, last, usage = chunks
-    assert first == {"id": "cmpl-1", "object": "text_completion", "created": 7, "model": "m",
-                     "choices": [{"index": 0, "text": "alpha ", "logprobs": None, "finish_reason": None,
-                                  "stop_reason": None}]}
+    assert first == {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "created": 7,
+        "model": "m",
+        "choices": [{"index": 0, "text": "alpha ", "logprobs": None, "finish_reason": None, "stop_reason": None}],
+    }
     assert last["choices"][0]["finish_reason"] == "length"
-    assert usage["choices"] == [] and usage["usage"] == {"prompt_tokens": 12, "total_tokens": 14,
-                                                         "completion_tokens": 2}
+    assert usage["choices"] == [] and usage["usage"] == {
+        "prompt_tokens": 12,
+        "total_tokens": 14,
+        "completion_tokens": 2,
+    }
 
 
 def test_chat_stream_body_role_chunk_then_deltas_without_usage():
@@ -43,8 +50,13 @@ def test_chat_stream_body_role_chunk_then_deltas_without_usage():
     role, content = json.loads(role), json.loads(content)
     assert role["object"] == "chat.completion.chunk"
     assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
-    assert content["choices"][0] == {"index": 0, "delta": {"content": "alpha "}, "logprobs": None,
-                                     "finish_reason": "stop", "stop_reason": None}
+    assert content["choices"][0] == {
+        "index": 0,
+        "delta": {"content": "alpha "},
+        "logprobs": None,
+        "finish_reason": "stop",
+        "stop_reason": None,
+    }
     middle = protocol.stream_chunk("chat", "c", 1, "m", "x")
     assert "stop_reason" not in middle["choices"][0]  # vLLM sets it on the final chunk only
 
@@ -54,8 +66,12 @@ def test_full_responses_carry_usage_and_kv_transfer_params():
     completion = protocol.full_response("completion", "cmpl-1", 1, "m", "alpha ", "length", None, 10, 1, params)
     assert completion["object"] == "text_completion"
     assert completion["choices"][0]["text"] == "alpha "
-    assert completion["usage"] == {"prompt_tokens": 10, "total_tokens": 11, "completion_tokens": 1,
-                                   "prompt_tokens_details": None}
+    assert completion["usage"] == {
+        "prompt_tokens": 10,
+        "total_tokens": 11,
+        "completion_tokens": 1,
+        "prompt_tokens_details": None,
+    }
     assert completion["kv_transfer_params"] == params
     chat = protocol.full_response("chat", "chatcmpl-1", 1, "m", "hi", "stop", None, 3, 1)
     assert chat["object"] == "chat.completion"
@@ -65,7 +81,8 @@ def test_full_responses_carry_usage_and_kv_transfer_params():
 
 def test_error_and_models_bodies():
     assert protocol.error_body("nope", "NotFoundError", 404) == {
-        "error": {"message": "nope", "type": "NotFoundError", "param": None, "code": 404}}
+        "error": {"message": "nope", "type": "NotFoundError", "param": None, "code": 404}
+    }
     models = protocol.models_body(["a", "b"], "org/model", 4096, 1)
     assert [m["id"] for m in models["data"]] == ["a", "b"] and models["data"][0]["max_model_len"] == 4096
 
@@ -79,7 +96,10 @@ def test_tokenizer_stand_in():
     for bad in (None, 5, ["a", "b"], [], [True]):
         with pytest.raises(ValueError):
             tokens.prompt_tokens(bad)
-    messages = [{"role": "system", "content": "abcd"}, {"role": "user", "content": [{"type": "text", "text": "abcdefgh"}]}]
+    messages = [
+        {"role": "system", "content": "abcd"},
+        {"role": "user", "content": [{"type": "text", "text": "abcdefgh"}]},
+    ]
     assert tokens.chat_prompt_tokens(messages) == 3 + (4 + 1) + (4 + 2)
     with pytest.raises(ValueError):
         tokens.chat_prompt_tokens([])
@@ -91,12 +111,15 @@ def test_generated_text_is_deterministic_words():
     assert tokens.generated_text(2, 2) == tokens.token_text(2) + tokens.token_text(3)
 
 
-@pytest.mark.parametrize("max_tokens,min_tokens,ignore_eos,natural,expected", [
-    (16, 0, False, 256, (16, "length")),
-    (512, 0, False, 256, (256, "stop")),
-    (512, 300, False, 256, (300, "stop")),
-    (512, 0, True, 256, (512, "length")),
-    (1, 0, False, 256, (1, "length")),
-])
+@pytest.mark.parametrize(
+    "max_tokens,min_tokens,ignore_eos,natural,expected",
+    [
+        (16, 0, False, 256, (16, "length")),
+        (512, 0, False, 256, (256, "stop")),
+        (512, 300, False, 256, (300, "stop")),
+        (512, 0, True, 256, (512, "length")),
+        (1, 0, False, 256, (1, "length")),
+    ],
+)
 def test_plan_output(max_tokens, min_tokens, ignore_eos, natural, expected):
     assert tokens.plan_output(max_tokens, min_tokens, ignore_eos, natural) == expected

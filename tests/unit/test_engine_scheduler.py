@@ -2,11 +2,11 @@
 
 import asyncio
 
-from pdfleet.perfmodel import presets
 from pdfleet.engine.faults import Faults
 from pdfleet.engine.kvcache import KvBlockPool
 from pdfleet.engine.metrics import EngineMetrics
 from pdfleet.engine.scheduler import Scheduler, Sequence
+from pdfleet.perfmodel import presets
 from pdfleet.perfmodel.timing import Hardware, prefill_time
 
 HW = Hardware(presets.model_preset("llama-3.1-8b"), presets.gpu_preset("H100-SXM"))
@@ -14,8 +14,16 @@ HW = Hardware(presets.model_preset("llama-3.1-8b"), presets.gpu_preset("H100-SXM
 
 def make(capacity_blocks=10_000, max_num_seqs=256, speedup=1000.0):
     metrics = EngineMetrics("t")
-    sched = Scheduler(HW, KvBlockPool(capacity_blocks, 16), metrics, Faults(), max_num_seqs=max_num_seqs,
-                      max_num_batched_tokens=2048, speedup=speedup, kv_hold_ttl_s=60)
+    sched = Scheduler(
+        HW,
+        KvBlockPool(capacity_blocks, 16),
+        metrics,
+        Faults(),
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=2048,
+        speedup=speedup,
+        kv_hold_ttl_s=60,
+    )
     return sched, metrics
 
 

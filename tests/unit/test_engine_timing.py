@@ -4,8 +4,17 @@ import pytest
 
 from pdfleet.perfmodel import presets
 from pdfleet.perfmodel.timing import (
-    Hardware, StepLoad, blocks_for, chunk_attention_pairs, decode_step_time, kv_bytes_per_token, kv_capacity_tokens,
-    kv_transfer_time, prefill_time, step_time, transfer_link,
+    Hardware,
+    StepLoad,
+    blocks_for,
+    chunk_attention_pairs,
+    decode_step_time,
+    kv_bytes_per_token,
+    kv_capacity_tokens,
+    kv_transfer_time,
+    prefill_time,
+    step_time,
+    transfer_link,
 )
 
 H100 = presets.gpu_preset("H100-SXM")
@@ -71,8 +80,15 @@ def test_decode_step_8b_h100_and_growth_with_batch_and_context():
 def test_step_time_mixed_batch_and_empty():
     hw = Hardware(LLAMA8, H100)
     assert step_time(hw, StepLoad()) == 0.0
-    mixed = step_time(hw, StepLoad(prefill_tokens=2048, prefill_attention_pairs=chunk_attention_pairs(0, 2048),
-                                   decode_seqs=32, decode_context_tokens=32 * 1000))
+    mixed = step_time(
+        hw,
+        StepLoad(
+            prefill_tokens=2048,
+            prefill_attention_pairs=chunk_attention_pairs(0, 2048),
+            decode_seqs=32,
+            decode_context_tokens=32 * 1000,
+        ),
+    )
     assert mixed > decode_step_time(hw, 32, 32 * 1000)
 
 

@@ -33,23 +33,37 @@ def test_vllm_serve_becomes_the_emulator_bound_to_the_pod_ip():
 
 def test_pdfleet_commands_run_in_this_interpreter_and_anything_else_is_unsupported():
     assert local_argv(["/usr/bin/pdfleet", "router", "--port", "8080"], "127.1.0.2")[3:] == [
-        "router", "--port", "8080", "--host", "127.1.0.2"]
+        "router",
+        "--port",
+        "8080",
+        "--host",
+        "127.1.0.2",
+    ]
     assert local_argv(["python", "-m", "sglang.launch_server"], "127.1.0.2") is None
     assert local_argv([], "127.1.0.2") is None
 
 
 def test_env_fills_values_and_downward_api_fields():
-    container = {"env": [
-        {"name": "A", "value": "1"},
-        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}},
-        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-        {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-        {"name": "SECRET", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
-    ]}
+    container = {
+        "env": [
+            {"name": "A", "value": "1"},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {
+                "name": "POD_NAMESPACE",
+                "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}},
+            },
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "SECRET", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+        ]
+    }
     assert resolve_env(container, POD, "127.1.0.3") == {
-        "A": "1", "POD_NAME": "llama-prefill-rack-a-0", "POD_NAMESPACE": "inference", "POD_IP": "127.1.0.3",
-        "NODE": "rack-a-node-0"}
+        "A": "1",
+        "POD_NAME": "llama-prefill-rack-a-0",
+        "POD_NAMESPACE": "inference",
+        "POD_IP": "127.1.0.3",
+        "NODE": "rack-a-node-0",
+    }
 
 
 def test_engines_learn_their_gpu_from_the_node_product_label():
@@ -58,9 +72,10 @@ def test_engines_learn_their_gpu_from_the_node_product_label():
 
 
 def test_readiness_probe_resolves_named_ports_and_keeps_period_and_threshold():
-    container = {"ports": [{"name": "admin", "containerPort": 8081}],
-                 "readinessProbe": {"httpGet": {"path": "/ready", "port": "admin"}, "periodSeconds": 2,
-                                    "failureThreshold": 5}}
+    container = {
+        "ports": [{"name": "admin", "containerPort": 8081}],
+        "readinessProbe": {"httpGet": {"path": "/ready", "port": "admin"}, "periodSeconds": 2, "failureThreshold": 5},
+    }
     assert readiness_probe(container, "127.1.0.4") == Probe("http://127.1.0.4:8081/ready", 2.0, 5)
     assert readiness_probe({"readinessProbe": {"httpGet": {"port": 9000}}}, "127.1.0.4").url == "http://127.1.0.4:9000/"
     assert readiness_probe({}, "127.1.0.4") is None
@@ -68,9 +83,9 @@ def test_readiness_probe_resolves_named_ports_and_keeps_period_and_threshold():
 
 def test_arguments_under_a_mount_point_at_the_local_copy():
     mounts = {"/etc/pdfleet": Path("/tmp/v/fleet"), "/etc": Path("/tmp/v/etc")}
-    assert rewrite_mount_paths(["--fleet-file", "/etc/pdfleet/fleet.json", "/etc/x", "/etcetera", "/etc/pdfleet"],
-                               mounts) == ["--fleet-file", "/tmp/v/fleet/fleet.json", "/tmp/v/etc/x", "/etcetera",
-                                           "/tmp/v/fleet"]
+    assert rewrite_mount_paths(
+        ["--fleet-file", "/etc/pdfleet/fleet.json", "/etc/x", "/etcetera", "/etc/pdfleet"], mounts
+    ) == ["--fleet-file", "/tmp/v/fleet/fleet.json", "/tmp/v/etc/x", "/etcetera", "/tmp/v/fleet"]
 
 
 def test_restart_backoff_doubles_and_is_capped():
@@ -85,8 +100,16 @@ def test_grace_period_comes_from_the_deletion_then_the_spec_and_is_capped():
 
 
 def _view(**changes) -> ContainerView:
-    base = dict(ip="127.1.0.5", name="engine", image="vllm/vllm-openai:v0.11.0", supported=True, running=True,
-                ready=True, restarts=0, started_at="2025-01-01T00:00:00Z")
+    base = dict(
+        ip="127.1.0.5",
+        name="engine",
+        image="vllm/vllm-openai:v0.11.0",
+        supported=True,
+        running=True,
+        ready=True,
+        restarts=0,
+        started_at="2025-01-01T00:00:00Z",
+    )
     return ContainerView(**{**base, **changes})
 
 

@@ -14,12 +14,23 @@ NOW = "2026-12-02T00:00:00Z"
 
 
 def node(name: str, rack: str, gpus: int = 8, product: str = "NVIDIA-H100-80GB-HBM3") -> dict[str, Any]:
-    return node_summary({
-        "metadata": {"name": name, "labels": {"topology.pdfleet.dev/rack": rack, "topology.kubernetes.io/zone": "z1",
-                                              "nvidia.com/gpu.product": product}},
-        "spec": {},
-        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}, "conditions": [{"type": "Ready", "status": "True"}]},
-    })
+    return node_summary(
+        {
+            "metadata": {
+                "name": name,
+                "labels": {
+                    "topology.pdfleet.dev/rack": rack,
+                    "topology.kubernetes.io/zone": "z1",
+                    "nvidia.com/gpu.product": product,
+                },
+            },
+            "spec": {},
+            "status": {
+                "allocatable": {"nvidia.com/gpu": str(gpus)},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+    )
 
 
 NODES = [node("a0", "rack-a"), node("a1", "rack-a"), node("b0", "rack-b"), node("b1", "rack-b")]
@@ -33,13 +44,23 @@ def pdd(prefill: int = 2, decode: int = 2, status: dict | None = None, **spec_ov
         "decode": {"replicas": decode, "gpusPerReplica": 1},
         **spec_overrides,
     }
-    return {"metadata": {"name": "f", "namespace": "ns", "uid": "u-1", "generation": 3}, "spec": spec,
-            "status": status or {}}
+    return {
+        "metadata": {"name": "f", "namespace": "ns", "uid": "u-1", "generation": 3},
+        "spec": spec,
+        "status": status or {},
+    }
 
 
 def plan(body: dict, children=(), pods=(), nodes=NODES):
-    return plan_reconcile(pdd=body, nodes=nodes, children=list(children), pods=list(pods),
-                          pdb_api_version="policy/v1", operator_image="img", now=NOW)
+    return plan_reconcile(
+        pdd=body,
+        nodes=nodes,
+        children=list(children),
+        pods=list(pods),
+        pdb_api_version="policy/v1",
+        operator_image="img",
+        now=NOW,
+    )
 
 
 def as_running(applies) -> list[ChildState]:
@@ -48,8 +69,19 @@ def as_running(applies) -> list[ChildState]:
 
 
 def ready_pod(name: str, pool: str, rack: str, cell: str, ip: str) -> PodState:
-    return PodState(name=name, component=pool, pool=pool, rack=rack, zone="z1", cell=cell, ip=ip, ready=True, phase="Running",
-                    unschedulable_message=None, terminating=False)
+    return PodState(
+        name=name,
+        component=pool,
+        pool=pool,
+        rack=rack,
+        zone="z1",
+        cell=cell,
+        ip=ip,
+        ready=True,
+        phase="Running",
+        unschedulable_message=None,
+        terminating=False,
+    )
 
 
 def test_first_reconcile_applies_every_child_and_second_applies_nothing():
@@ -95,17 +127,35 @@ def test_impossible_placement_keeps_running_children():
 
 def test_ready_pods_become_router_endpoints_with_draining_flags():
     first = plan(pdd())
-    cells = {(o["metadata"]["labels"]["pdfleet.dev/pool"], o["metadata"]["labels"]["pdfleet.dev/rack"]):
-             o["metadata"]["name"] for o in first.applies if o["kind"] == "StatefulSet"}
-    pods = [ready_pod(f"{cells[(pool, rack)]}-0", pool, rack, cells[(pool, rack)], f"127.1.0.{i}")
-            for i, (pool, rack) in enumerate(sorted(cells), start=1)]
-    status = {**first.status, "drain": {"pool": "decode", "targetReplicas": 1,
-                                        "endpoints": [cells[("decode", "rack-b")] + "-0"], "startedAt": NOW}}
+    cells = {
+        (o["metadata"]["labels"]["pdfleet.dev/pool"], o["metadata"]["labels"]["pdfleet.dev/rack"]): o["metadata"][
+            "name"
+        ]
+        for o in first.applies
+        if o["kind"] == "StatefulSet"
+    }
+    pods = [
+        ready_pod(f"{cells[(pool, rack)]}-0", pool, rack, cells[(pool, rack)], f"127.1.0.{i}")
+        for i, (pool, rack) in enumerate(sorted(cells), start=1)
+    ]
+    status = {
+        **first.status,
+        "drain": {
+            "pool": "decode",
+            "targetReplicas": 1,
+            "endpoints": [cells[("decode", "rack-b")] + "-0"],
+            "startedAt": NOW,
+        },
+    }
     result = plan(pdd(status=status), children=as_running(first.applies), pods=pods)
     configmap = next(o for o in result.applies if o["kind"] == "ConfigMap")
     view = json.loads(configmap["data"]["fleet.json"])
     assert [(e["pool"], e["rack"], e["draining"]) for e in view["endpoints"]] == [
-        ("decode", "rack-a", False), ("decode", "rack-b", True), ("prefill", "rack-a", False), ("prefill", "rack-b", False)]
+        ("decode", "rack-a", False),
+        ("decode", "rack-b", True),
+        ("prefill", "rack-a", False),
+        ("prefill", "rack-b", False),
+    ]
     assert view["endpoints"][0]["url"].startswith("http://127.1.0.")
     assert result.status["prefill"]["summary"] == "2/2"
 
@@ -147,13 +197,16 @@ def test_condition_transitions_keep_their_time_and_emit_events_once():
     later = plan(pdd(status=copy.deepcopy(settled.status)), children=running)
     assert later.events == ()
     assert [c["lastTransitionTime"] for c in later.status["conditions"]] == [
-        c["lastTransitionTime"] for c in settled.status["conditions"]]
+        c["lastTransitionTime"] for c in settled.status["conditions"]
+    ]
 
 
 def test_metrics_condition_comes_from_the_autoscaler_report():
     first = plan(pdd())
-    status = {**first.status, "autoscaler": {"metrics": {"available": False, "reason": "PrometheusDown",
-                                                        "message": "connection refused"}}}
+    status = {
+        **first.status,
+        "autoscaler": {"metrics": {"available": False, "reason": "PrometheusDown", "message": "connection refused"}},
+    }
     result = plan(pdd(status=status), children=as_running(first.applies))
     metrics = next(c for c in result.status["conditions"] if c["type"] == "MetricsAvailable")
     assert metrics["status"] == "False" and metrics["reason"] == "PrometheusDown"

@@ -11,7 +11,9 @@ from pdfleet.render.engine_args import render_engine_command
 
 
 def spec_of(**sections: object):
-    return parse_spec({"model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "servedModelName": "llama-8b"}, **sections})
+    return parse_spec(
+        {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "servedModelName": "llama-8b"}, **sections}
+    )
 
 
 def flag(args: list[str], name: str) -> str:
@@ -51,12 +53,19 @@ def test_extra_args_come_last_and_tensor_parallel_follows_gpus() -> None:
 
 @pytest.mark.parametrize("pool", ["prefill", "decode"])
 def test_sglang_launch_server(pool: str) -> None:
-    spec = spec_of(engine={"kind": "sglang", "port": 30000}, kvTransfer={"connector": "mooncake", "cacheDtype": "fp8"},
-                   prefill={"gpusPerReplica": 2})
+    spec = spec_of(
+        engine={"kind": "sglang", "port": 30000},
+        kvTransfer={"connector": "mooncake", "cacheDtype": "fp8"},
+        prefill={"gpusPerReplica": 2},
+    )
     command, args = render_engine_command(spec, pool)
     assert command == ["python", "-m", "sglang.launch_server"]
     assert flag(args, "--model-path") == "meta-llama/Llama-3.1-8B-Instruct"
-    assert (flag(args, "--port"), flag(args, "--host"), flag(args, "--served-model-name")) == ("30000", "0.0.0.0", "llama-8b")
+    assert (flag(args, "--port"), flag(args, "--host"), flag(args, "--served-model-name")) == (
+        "30000",
+        "0.0.0.0",
+        "llama-8b",
+    )
     assert flag(args, "--disaggregation-mode") == pool
     assert flag(args, "--disaggregation-transfer-backend") == "mooncake"
     assert flag(args, "--kv-cache-dtype") == "fp8_e5m2"

@@ -14,8 +14,9 @@ from pdfleet.render.router import (
 )
 
 OWNER = Owner(name="llama", namespace="inference", uid="u1")
-SPEC = parse_spec({"model": {"name": "m", "servedModelName": "llama-70b"},
-                   "router": {"replicas": 2, "port": 9080, "adminPort": 9081}})
+SPEC = parse_spec(
+    {"model": {"name": "m", "servedModelName": "llama-70b"}, "router": {"replicas": 2, "port": 9080, "adminPort": 9081}}
+)
 ENDPOINTS = [
     Endpoint("llama-prefill-rack-a-0", "prefill", "http://10.1.2.3:8000", "rack-a", "zone-1"),
     Endpoint("llama-decode-rack-a-0", "decode", "http://10.1.2.4:8000", "rack-a", "zone-1", draining=True),
@@ -25,14 +26,33 @@ ENDPOINTS = [
 def test_fleet_view_matches_the_documented_shape() -> None:
     view = render_fleet_view(SPEC, 7, ENDPOINTS)
     assert (view["version"], view["generation"], view["model"]) == (1, 7, "llama-70b")
-    assert view["policy"] == {"locality": "preferred", "disaggregateMinPromptTokens": 256, "prefixAffinity": True,
-                              "prefixBlockTokens": 64, "maxPrefillRetries": 2, "maxDecodeRetries": 2,
-                              "prefillTimeoutSeconds": 60, "decodeTimeoutSeconds": 600}
+    assert view["policy"] == {
+        "locality": "preferred",
+        "disaggregateMinPromptTokens": 256,
+        "prefixAffinity": True,
+        "prefixBlockTokens": 64,
+        "maxPrefillRetries": 2,
+        "maxDecodeRetries": 2,
+        "prefillTimeoutSeconds": 60,
+        "decodeTimeoutSeconds": 600,
+    }
     assert view["endpoints"] == [
-        {"name": "llama-decode-rack-a-0", "pool": "decode", "url": "http://10.1.2.4:8000", "rack": "rack-a",
-         "zone": "zone-1", "draining": True},
-        {"name": "llama-prefill-rack-a-0", "pool": "prefill", "url": "http://10.1.2.3:8000", "rack": "rack-a",
-         "zone": "zone-1", "draining": False},
+        {
+            "name": "llama-decode-rack-a-0",
+            "pool": "decode",
+            "url": "http://10.1.2.4:8000",
+            "rack": "rack-a",
+            "zone": "zone-1",
+            "draining": True,
+        },
+        {
+            "name": "llama-prefill-rack-a-0",
+            "pool": "prefill",
+            "url": "http://10.1.2.3:8000",
+            "rack": "rack-a",
+            "zone": "zone-1",
+            "draining": False,
+        },
     ]
 
 
@@ -47,11 +67,16 @@ def test_configmap_is_byte_stable_whatever_the_endpoint_order() -> None:
 
 
 def test_endpoint_from_pod_reads_the_label_contract() -> None:
-    pod = {"metadata": {"name": "llama-decode-rack-b-1", "labels": {"pdfleet.dev/pool": "decode", "pdfleet.dev/rack": "rack-b",
-                                                                    "pdfleet.dev/zone": "zone-2"}},
-           "status": {"podIP": "fd00::5"}}
+    pod = {
+        "metadata": {
+            "name": "llama-decode-rack-b-1",
+            "labels": {"pdfleet.dev/pool": "decode", "pdfleet.dev/rack": "rack-b", "pdfleet.dev/zone": "zone-2"},
+        },
+        "status": {"podIP": "fd00::5"},
+    }
     assert Endpoint.from_pod(pod, 8000, draining=True) == Endpoint(
-        "llama-decode-rack-b-1", "decode", "http://[fd00::5]:8000", "rack-b", "zone-2", True)
+        "llama-decode-rack-b-1", "decode", "http://[fd00::5]:8000", "rack-b", "zone-2", True
+    )
 
 
 def test_router_deployment() -> None:
@@ -61,8 +86,16 @@ def test_router_deployment() -> None:
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == "ghcr.io/pdfleet/pdfleet:1.0"
-    assert container["command"] == ["pdfleet", "router", "--fleet-file", "/etc/pdfleet/fleet.json",
-                                    "--port", "9080", "--admin-port", "9081"]
+    assert container["command"] == [
+        "pdfleet",
+        "router",
+        "--fleet-file",
+        "/etc/pdfleet/fleet.json",
+        "--port",
+        "9080",
+        "--admin-port",
+        "9081",
+    ]
     assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "admin", "scheme": "HTTP"}
     assert container["livenessProbe"]["httpGet"]["path"] == "/health"
     assert container["volumeMounts"] == [{"name": "fleet", "mountPath": "/etc/pdfleet", "readOnly": True}]

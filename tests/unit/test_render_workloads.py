@@ -35,29 +35,54 @@ def test_statefulset_shape_labels_and_owner() -> None:
     assert (sts["apiVersion"], sts["kind"]) == ("apps/v1", "StatefulSet")
     meta = sts["metadata"]
     assert (meta["name"], meta["namespace"]) == ("llama-decode-rack-a", "inference")
-    assert meta["ownerReferences"] == [{"apiVersion": "pdfleet.dev/v1alpha1", "kind": "PDDeployment", "name": "llama",
-                                        "uid": "0000-1111", "controller": True, "blockOwnerDeletion": True}]
+    assert meta["ownerReferences"] == [
+        {
+            "apiVersion": "pdfleet.dev/v1alpha1",
+            "kind": "PDDeployment",
+            "name": "llama",
+            "uid": "0000-1111",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
     assert meta["labels"] == {
-        "app.kubernetes.io/name": "pdfleet", "app.kubernetes.io/instance": "llama",
-        "app.kubernetes.io/component": "decode", "app.kubernetes.io/managed-by": "pdfleet-operator",
-        "pdfleet.dev/pool": "decode", "pdfleet.dev/rack": "rack-a", "pdfleet.dev/zone": "zone-1",
+        "app.kubernetes.io/name": "pdfleet",
+        "app.kubernetes.io/instance": "llama",
+        "app.kubernetes.io/component": "decode",
+        "app.kubernetes.io/managed-by": "pdfleet-operator",
+        "pdfleet.dev/pool": "decode",
+        "pdfleet.dev/rack": "rack-a",
+        "pdfleet.dev/zone": "zone-1",
         "pdfleet.dev/cell": "llama-decode-rack-a",
     }
     spec = sts["spec"]
-    assert (spec["replicas"], spec["serviceName"], spec["podManagementPolicy"]) == (3, "llama-decode-rack-a", "Parallel")
+    assert (spec["replicas"], spec["serviceName"], spec["podManagementPolicy"]) == (
+        3,
+        "llama-decode-rack-a",
+        "Parallel",
+    )
     assert spec["updateStrategy"] == {"type": "RollingUpdate"}
     selector = spec["selector"]["matchLabels"]
     assert selector.items() <= spec["template"]["metadata"]["labels"].items()
     assert selector["pdfleet.dev/cell"] == "llama-decode-rack-a"
     assert spec["template"]["metadata"]["labels"] == meta["labels"]
     assert spec["template"]["metadata"]["annotations"] == {
-        "prometheus.io/scrape": "true", "prometheus.io/port": "8000", "prometheus.io/path": "/metrics"}
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "8000",
+        "prometheus.io/path": "/metrics",
+    }
 
 
 def test_engine_container_resources_probes_and_env() -> None:
-    spec = spec_of(decode={"gpusPerReplica": 2, "resources": {"cpu": 8, "memory": "64Gi"}},
-                   engine={"env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
-                                   {"name": "PDFLEET_ZONE", "value": "override"}]})
+    spec = spec_of(
+        decode={"gpusPerReplica": 2, "resources": {"cpu": 8, "memory": "64Gi"}},
+        engine={
+            "env": [
+                {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
+                {"name": "PDFLEET_ZONE", "value": "override"},
+            ]
+        },
+    )
     (container,) = pod_of(render_cell_statefulset(OWNER, spec, CELL))["containers"]
     assert container["image"] == "vllm/vllm-openai:v0.11.0"
     assert container["command"] == ["vllm", "serve"]
@@ -82,14 +107,23 @@ def test_pod_without_gpus_has_no_gpu_resource() -> None:
 
 
 def test_affinity_pins_rack_and_gpu_product() -> None:
-    spec = spec_of(decode={"gpuProduct": H100, "nodeSelector": {"pool": "gpu"},
-                           "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]})
+    spec = spec_of(
+        decode={
+            "gpuProduct": H100,
+            "nodeSelector": {"pool": "gpu"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        }
+    )
     pod = pod_of(render_cell_statefulset(OWNER, spec, CELL))
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms == [{"matchExpressions": [
-        {"key": "topology.pdfleet.dev/rack", "operator": "In", "values": ["rack-a"]},
-        {"key": "nvidia.com/gpu.product", "operator": "In", "values": [H100]},
-    ]}]
+    assert terms == [
+        {
+            "matchExpressions": [
+                {"key": "topology.pdfleet.dev/rack", "operator": "In", "values": ["rack-a"]},
+                {"key": "nvidia.com/gpu.product", "operator": "In", "values": [H100]},
+            ]
+        }
+    ]
     assert pod["nodeSelector"] == {"pool": "gpu"}
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
@@ -100,7 +134,8 @@ def test_unconstrained_cells_have_no_rack_affinity() -> None:
     assert "affinity" not in pod
     spec = spec_of(topology={"placement": "Unconstrained"}, prefill={"gpuProduct": H100})
     terms = pod_of(render_cell_statefulset(OWNER, spec, cell))["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
     assert [e["key"] for e in terms[0]["matchExpressions"]] == ["nvidia.com/gpu.product"]
 
 
@@ -109,8 +144,16 @@ def test_pdb_api_version_switch(api_version: str) -> None:
     pdb = render_pool_pdb(OWNER, "prefill", api_version)
     assert pdb["apiVersion"] == api_version and pdb["kind"] == "PodDisruptionBudget"
     assert pdb["metadata"]["name"] == "llama-prefill"
-    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": {
-        "app.kubernetes.io/name": "pdfleet", "app.kubernetes.io/instance": "llama", "pdfleet.dev/pool": "prefill"}}}
+    assert pdb["spec"] == {
+        "maxUnavailable": 1,
+        "selector": {
+            "matchLabels": {
+                "app.kubernetes.io/name": "pdfleet",
+                "app.kubernetes.io/instance": "llama",
+                "pdfleet.dev/pool": "prefill",
+            }
+        },
+    }
 
 
 def test_pdb_rejects_unknown_api_version() -> None:
@@ -119,28 +162,45 @@ def test_pdb_rejects_unknown_api_version() -> None:
 
 
 def placement_2x2() -> Placement:
-    return Placement(cells=tuple(
-        Cell(pool=pool, rack=rack, zone="zone-1", replicas=1, name=f"llama-{pool}-{rack}")
-        for pool in ("prefill", "decode") for rack in ("rack-a", "rack-b")
-    ))
+    return Placement(
+        cells=tuple(
+            Cell(pool=pool, rack=rack, zone="zone-1", replicas=1, name=f"llama-{pool}-{rack}")
+            for pool in ("prefill", "decode")
+            for rack in ("rack-a", "rack-b")
+        )
+    )
 
 
 def render_all(spec=None) -> list[dict]:
-    return render_fleet(OWNER, spec or spec_of(), placement_2x2(), pdb_api_version="policy/v1beta1",
-                        operator_image="ghcr.io/pdfleet/pdfleet:dev")
+    return render_fleet(
+        OWNER,
+        spec or spec_of(),
+        placement_2x2(),
+        pdb_api_version="policy/v1beta1",
+        operator_image="ghcr.io/pdfleet/pdfleet:dev",
+    )
 
 
 def test_fleet_has_every_child_once_with_owner_refs() -> None:
     objects = render_all()
     kinds = [(o["kind"], o["metadata"]["name"]) for o in objects]
     assert len(kinds) == len(set(kinds))
-    assert sorted(kinds) == sorted([
-        ("Service", "llama-prefill"), ("PodDisruptionBudget", "llama-prefill"),
-        ("Service", "llama-decode"), ("PodDisruptionBudget", "llama-decode"),
-        *[(kind, f"llama-{pool}-{rack}") for pool in ("prefill", "decode") for rack in ("rack-a", "rack-b")
-          for kind in ("Service", "StatefulSet")],
-        ("Service", "llama-router"), ("Deployment", "llama-router"),
-    ])
+    assert sorted(kinds) == sorted(
+        [
+            ("Service", "llama-prefill"),
+            ("PodDisruptionBudget", "llama-prefill"),
+            ("Service", "llama-decode"),
+            ("PodDisruptionBudget", "llama-decode"),
+            *[
+                (kind, f"llama-{pool}-{rack}")
+                for pool in ("prefill", "decode")
+                for rack in ("rack-a", "rack-b")
+                for kind in ("Service", "StatefulSet")
+            ],
+            ("Service", "llama-router"),
+            ("Deployment", "llama-router"),
+        ]
+    )
     for obj in objects:
         assert obj["metadata"]["namespace"] == "inference"
         assert obj["metadata"]["ownerReferences"][0]["uid"] == "0000-1111"
@@ -173,11 +233,18 @@ def test_rendering_is_deterministic_and_does_not_alias_input() -> None:
 def test_basic_sample_renders_a_rack_paired_two_by_two_fleet() -> None:
     sample = yaml.safe_load((Path(__file__).resolve().parents[2] / "manifests/samples/basic.yaml").read_text())
     spec = parse_spec(sample["spec"])
-    nodes = [NodeInfo(f"{rack}-node-{i}", rack, "zone-1", H100, 8, True, True)
-             for rack in ("rack-a", "rack-b") for i in range(2)]
+    nodes = [
+        NodeInfo(f"{rack}-node-{i}", rack, "zone-1", H100, 8, True, True)
+        for rack in ("rack-a", "rack-b")
+        for i in range(2)
+    ]
     owner = Owner(name=sample["metadata"]["name"], namespace="default", uid="u")
     placement = plan_placement(spec, nodes, pdd_name=owner.name)
     objects = render_fleet(owner, spec, placement, pdb_api_version="policy/v1", operator_image="pdfleet:dev")
     stateful = sorted(o["metadata"]["name"] for o in objects if o["kind"] == "StatefulSet")
-    assert stateful == ["llama-8b-decode-rack-a", "llama-8b-decode-rack-b",
-                        "llama-8b-prefill-rack-a", "llama-8b-prefill-rack-b"]
+    assert stateful == [
+        "llama-8b-decode-rack-a",
+        "llama-8b-decode-rack-b",
+        "llama-8b-prefill-rack-a",
+        "llama-8b-prefill-rack-b",
+    ]

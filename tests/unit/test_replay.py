@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from pdfleet.sim.trace import TraceRequest
 from pdfleet.loadgen.replay import (
     RequestResult,
     Sla,
@@ -21,6 +20,7 @@ from pdfleet.loadgen.replay import (
     trace_from_args,
     window_trace,
 )
+from pdfleet.sim.trace import TraceRequest
 
 
 def test_prompts_have_the_trace_length_and_share_exactly_their_prefix_blocks():
@@ -31,7 +31,9 @@ def test_prompts_have_the_trace_length_and_share_exactly_their_prefix_blocks():
     assert a[:128] == b[:128] and a[128:200] != b[128:200]
     assert c[:64] != a[:64]
     assert all(0 < t < 32000 for t in a + b + c)
-    assert prompt_token_ids(TraceRequest(0.0, 10, 1, (1, 2)), 0, 64) == prompt_token_ids(TraceRequest(0, 10, 1, (1,)), 5, 64)
+    assert prompt_token_ids(TraceRequest(0.0, 10, 1, (1, 2)), 0, 64) == prompt_token_ids(
+        TraceRequest(0, 10, 1, (1,)), 5, 64
+    )
 
 
 def test_completion_body_streams_exactly_the_output_length():
@@ -60,8 +62,17 @@ def test_percentile_interpolates_between_ranks():
 
 
 def _result(index: int, ttft: float | None = 0.2, tpot: float | None = 0.05, error: str | None = None) -> RequestResult:
-    return RequestResult(index, float(index), 100, 10, tokens_received=0 if error else 10, ttft_s=ttft, tpot_s=tpot,
-                         latency_s=None if error else 1.0, error=error)
+    return RequestResult(
+        index,
+        float(index),
+        100,
+        10,
+        tokens_received=0 if error else 10,
+        ttft_s=ttft,
+        tpot_s=tpot,
+        latency_s=None if error else 1.0,
+        error=error,
+    )
 
 
 def test_sla_is_met_per_objective_and_failed_requests_meet_none():
@@ -100,24 +111,44 @@ def test_only_loopback_urls_pass_by_default():
 
 
 def test_command_line_synthetic_profiles_and_missing_trace_fallback(tmp_path):
-    args = _parser().parse_args(["--url", "http://127.0.0.1:1", "--profile", "burst", "--duration", "30",
-                                 "--rate", "1", "--peak-rate", "5", "--burst-seconds", "10", "--seed", "3"])
+    args = _parser().parse_args(
+        [
+            "--url",
+            "http://127.0.0.1:1",
+            "--profile",
+            "burst",
+            "--duration",
+            "30",
+            "--rate",
+            "1",
+            "--peak-rate",
+            "5",
+            "--burst-seconds",
+            "10",
+            "--seed",
+            "3",
+        ]
+    )
     description, requests = trace_from_args(args)
     assert description == "synthetic burst" and requests and all(r.arrival < 30 for r in requests)
     in_burst = sum(1 for r in requests if 15 <= r.arrival < 25)
     assert in_burst > sum(1 for r in requests if r.arrival < 10)
-    missing = _parser().parse_args(["--url", "http://127.0.0.1:1", "--profile", "trace", "--trace",
-                                    str(tmp_path / "none.csv"), "--duration", "20"])
+    missing = _parser().parse_args(
+        ["--url", "http://127.0.0.1:1", "--profile", "trace", "--trace", str(tmp_path / "none.csv"), "--duration", "20"]
+    )
     assert trace_from_args(missing)[0] == "synthetic diurnal"
 
 
 def test_command_line_reads_an_azure_csv_trace(tmp_path):
     path = tmp_path / "azure.csv"
-    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
-                    "2023-11-16 18:00:00.0000000,100,5\n2023-11-16 18:00:04.0000000,200,6\n"
-                    "2023-11-16 18:00:30.0000000,300,7\n")
-    args = _parser().parse_args(["--url", "http://127.0.0.1:1", "--profile", "trace", "--trace", str(path),
-                                 "--speed", "2", "--duration", "10"])
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:00:00.0000000,100,5\n2023-11-16 18:00:04.0000000,200,6\n"
+        "2023-11-16 18:00:30.0000000,300,7\n"
+    )
+    args = _parser().parse_args(
+        ["--url", "http://127.0.0.1:1", "--profile", "trace", "--trace", str(path), "--speed", "2", "--duration", "10"]
+    )
     description, requests = trace_from_args(args)
     assert description == "trace azure.csv x2"
     assert [(r.arrival, r.prompt_tokens, r.output_tokens) for r in requests] == [(0.0, 100, 5), (2.0, 200, 6)]

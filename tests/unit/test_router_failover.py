@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdfleet.router.failover import (MARKS_UNHEALTHY, Action, Decision, Outcome, after_decode, after_prefill,
-                                     fail_status)
+from pdfleet.router.failover import MARKS_UNHEALTHY, Action, Decision, Outcome, after_decode, after_prefill, fail_status
 
 RETRYABLE = (Outcome.CONNECT_FAILED, Outcome.TIMEOUT, Outcome.UPSTREAM_5XX, Outcome.BAD_HANDSHAKE)
 

@@ -6,21 +6,45 @@ import json
 
 import pytest
 
-from pdfleet.router.fleet_view import (FleetViewError, RoutingPolicy, fleet_view_to_dict, load_fleet_view,
-                                  parse_fleet_view)
+from pdfleet.router.fleet_view import (
+    FleetViewError,
+    RoutingPolicy,
+    fleet_view_to_dict,
+    load_fleet_view,
+    parse_fleet_view,
+)
 
 VIEW = {
     "version": 1,
     "generation": 7,
     "model": "llama-70b",
-    "policy": {"locality": "required", "disaggregateMinPromptTokens": 128, "prefixAffinity": False,
-               "prefixBlockTokens": 32, "maxPrefillRetries": 1, "maxDecodeRetries": 3,
-               "prefillTimeoutSeconds": 5, "decodeTimeoutSeconds": 30},
+    "policy": {
+        "locality": "required",
+        "disaggregateMinPromptTokens": 128,
+        "prefixAffinity": False,
+        "prefixBlockTokens": 32,
+        "maxPrefillRetries": 1,
+        "maxDecodeRetries": 3,
+        "prefillTimeoutSeconds": 5,
+        "decodeTimeoutSeconds": 30,
+    },
     "endpoints": [
-        {"name": "p-a-0", "pool": "prefill", "url": "http://10.1.2.3:8000", "rack": "rack-a", "zone": "zone-1",
-         "draining": False},
-        {"name": "d-a-0", "pool": "decode", "url": "http://10.1.2.4:8000/", "rack": "rack-a", "zone": "zone-1",
-         "draining": True},
+        {
+            "name": "p-a-0",
+            "pool": "prefill",
+            "url": "http://10.1.2.3:8000",
+            "rack": "rack-a",
+            "zone": "zone-1",
+            "draining": False,
+        },
+        {
+            "name": "d-a-0",
+            "pool": "decode",
+            "url": "http://10.1.2.4:8000/",
+            "rack": "rack-a",
+            "zone": "zone-1",
+            "draining": True,
+        },
     ],
 }
 
@@ -46,17 +70,20 @@ def test_round_trip_through_wire_form() -> None:
     assert parse_fleet_view(json.loads(json.dumps(fleet_view_to_dict(view)))) == view
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"policy": {"locality": "nearby"}}, "locality"),
-    ({"policy": {"maxDecodeRetries": -1}}, "max_decode_retries"),
-    ({"policy": {"prefixAffinity": "yes"}}, "boolean"),
-    ({"policy": {"prefixBlockTokens": 0}}, "prefixBlockTokens"),
-    ({"endpoints": [{"name": "x", "pool": "both", "url": "http://h:1"}]}, "pool"),
-    ({"endpoints": [{"name": "x", "pool": "decode", "url": "https://h:1"}]}, "url"),
-    ({"endpoints": [{"name": "", "pool": "decode", "url": "http://h:1"}]}, "name"),
-    ({"endpoints": [{"name": "x", "pool": "decode", "url": "http://h:1"}] * 2}, "unique"),
-    ({"endpoints": "none"}, "list"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"policy": {"locality": "nearby"}}, "locality"),
+        ({"policy": {"maxDecodeRetries": -1}}, "max_decode_retries"),
+        ({"policy": {"prefixAffinity": "yes"}}, "boolean"),
+        ({"policy": {"prefixBlockTokens": 0}}, "prefixBlockTokens"),
+        ({"endpoints": [{"name": "x", "pool": "both", "url": "http://h:1"}]}, "pool"),
+        ({"endpoints": [{"name": "x", "pool": "decode", "url": "https://h:1"}]}, "url"),
+        ({"endpoints": [{"name": "", "pool": "decode", "url": "http://h:1"}]}, "name"),
+        ({"endpoints": [{"name": "x", "pool": "decode", "url": "http://h:1"}] * 2}, "unique"),
+        ({"endpoints": "none"}, "list"),
+    ],
+)
 def test_rejects_contract_violations(change: dict, message: str) -> None:
     with pytest.raises(FleetViewError, match=message):
         parse_fleet_view({**VIEW, **change})

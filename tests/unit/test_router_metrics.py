@@ -22,13 +22,15 @@ def test_exposition_has_the_contract_names() -> None:
     m.fallbacks += 1
     m.ttft.observe(0.2)
     text = m.render().decode()
-    for sample in ('pdfleet_router_requests_total{path="disaggregated",status="200"} 2.0',
-                   'pdfleet_router_retries_total{leg="prefill"} 1.0',
-                   'pdfleet_router_pairs_total{locality="same_rack"} 2.0',
-                   'pdfleet_router_kv_handshake_failures_total{reason="decode_upstream_5xx"} 1.0',
-                   "pdfleet_router_fallbacks_total 1.0",
-                   'pdfleet_router_inflight{endpoint="d-a",pool="decode"} 3.0',
-                   'pdfleet_router_endpoint_healthy{endpoint="d-a",pool="decode"} 1.0',
-                   "pdfleet_router_ttft_seconds_count 1.0",
-                   "pdfleet_router_tpot_seconds_count 0.0"):
+    for sample in (
+        'pdfleet_router_requests_total{path="disaggregated",status="200"} 2.0',
+        'pdfleet_router_retries_total{leg="prefill"} 1.0',
+        'pdfleet_router_pairs_total{locality="same_rack"} 2.0',
+        'pdfleet_router_kv_handshake_failures_total{reason="decode_upstream_5xx"} 1.0',
+        "pdfleet_router_fallbacks_total 1.0",
+        'pdfleet_router_inflight{endpoint="d-a",pool="decode"} 3.0',
+        'pdfleet_router_endpoint_healthy{endpoint="d-a",pool="decode"} 1.0',
+        "pdfleet_router_ttft_seconds_count 1.0",
+        "pdfleet_router_tpot_seconds_count 0.0",
+    ):
         assert sample in text, sample

@@ -4,9 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdfleet.router.policy import (CROSS_ZONE, SAME_RACK, SAME_ZONE, PrefixAffinity, affinity_load_bound,
-                                   choose_decode, choose_direct_decode, choose_prefill, estimate_prompt_tokens,
-                                   least_loaded, locality_of, prefix_block_hashes, prompt_of, should_disaggregate)
+from pdfleet.router.policy import (
+    CROSS_ZONE,
+    SAME_RACK,
+    SAME_ZONE,
+    PrefixAffinity,
+    affinity_load_bound,
+    choose_decode,
+    choose_direct_decode,
+    choose_prefill,
+    estimate_prompt_tokens,
+    least_loaded,
+    locality_of,
+    prefix_block_hashes,
+    prompt_of,
+    should_disaggregate,
+)
 
 
 @dataclass

@@ -13,18 +13,31 @@ from pdfleet.sim.report import summarize
 from pdfleet.sim.trace import TraceRequest
 from pdfleet.sim.workload import LoadProfile, generate
 
-SMALL = FleetConfig(model="llama-3.1-8b", gpu="H100-SXM", gpus_per_replica=1, racks=2, gpus_per_rack=8,
-                    startup_s=30.0)
+SMALL = FleetConfig(model="llama-3.1-8b", gpu="H100-SXM", gpus_per_replica=1, racks=2, gpus_per_rack=8, startup_s=30.0)
 
 
 def steady(rate: float = 20.0, duration: float = 240.0, seed: int = 1) -> list[TraceRequest]:
-    return generate(LoadProfile("steady", duration_s=duration, base_rps=rate, prompt_median=800,
-                                output_median=100, output_max=400), seed)
+    return generate(
+        LoadProfile("steady", duration_s=duration, base_rps=rate, prompt_median=800, output_median=100, output_max=400),
+        seed,
+    )
 
 
 def burst(seed: int = 2) -> list[TraceRequest]:
-    return generate(LoadProfile("burst", duration_s=300.0, base_rps=5.0, peak_rps=40.0, period_s=120.0,
-                                burst_s=30.0, prompt_median=600, output_median=80, output_max=300), seed)
+    return generate(
+        LoadProfile(
+            "burst",
+            duration_s=300.0,
+            base_rps=5.0,
+            peak_rps=40.0,
+            period_s=120.0,
+            burst_s=30.0,
+            prompt_median=600,
+            output_median=80,
+            output_max=300,
+        ),
+        seed,
+    )
 
 
 def run_static(trace: list[TraceRequest], fleet: FleetConfig = SMALL, **replicas: int):
@@ -99,8 +112,9 @@ def test_cross_rack_transfer_costs_more_than_same_rack() -> None:
     required = run_static(trace, replace(SMALL, locality="required", racks=1), prefill=1, decode=1)
     same = [r.kv_transfer_s for r in required.records if r.path == "pd"]
     # one rack each: the decode sits in the other rack, so every pull crosses the spine
-    split = Simulation(replace(SMALL, racks=2, gpus_per_rack=1), trace,
-                       StaticPolicy("static", {"prefill": 1, "decode": 1})).run()
+    split = Simulation(
+        replace(SMALL, racks=2, gpus_per_rack=1), trace, StaticPolicy("static", {"prefill": 1, "decode": 1})
+    ).run()
     cross = [r.kv_transfer_s for r in split.records if r.path == "pd"]
     assert sum(cross) / len(cross) > 1.5 * sum(same) / len(same)
     assert {r.locality for r in required.records if r.path == "pd"} == {"same_rack"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pdfleet.perfmodel.presets import gpu_preset, model_preset
-from pdfleet.perfmodel.timing import Hardware, decode_step_time, prefill_time, step_time, StepLoad
+from pdfleet.perfmodel.timing import Hardware, StepLoad, decode_step_time, prefill_time, step_time
 from pdfleet.sim.engine import SimEngine, SimSeq
 
 HW = Hardware(model_preset("llama-3.1-8b"), gpu_preset("H100-SXM"))

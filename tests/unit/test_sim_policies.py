@@ -20,8 +20,15 @@ def test_pdfleet_config_uses_api_defaults_and_overrides() -> None:
     assert (config.interval_s, config.window_s, config.percentile) == (15, 60, 90)
     assert config.prefill.target_latency_ms == FLEET.ttft_ms and config.decode.target_latency_ms == FLEET.tpot_ms
     assert config.prefill.max_replicas == FLEET.max_replicas and config.prefill.gpus_per_replica == 4
-    tuned = pdfleet_config(FLEET, {"prefill.targetLatencyMs": 300, "maxScaleUpStep": 2,
-                                   "autoscaler.intervalSeconds": 10, "prefill.capacityTokensPerSecond": 1000.0})
+    tuned = pdfleet_config(
+        FLEET,
+        {
+            "prefill.targetLatencyMs": 300,
+            "maxScaleUpStep": 2,
+            "autoscaler.intervalSeconds": 10,
+            "prefill.capacityTokensPerSecond": 1000.0,
+        },
+    )
     assert tuned.prefill.target_latency_ms == 300 and tuned.decode.target_latency_ms == FLEET.tpot_ms
     assert tuned.prefill.max_scale_up_step == tuned.decode.max_scale_up_step == 2
     assert tuned.interval_s == 10 and tuned.prefill.capacity_tokens_per_s == 1000.0
@@ -60,8 +67,9 @@ def test_every_named_policy_builds() -> None:
 
 def test_static_sizes_follow_peak_mean_and_first_minute_demand() -> None:
     # 60 s at 1 req/s, then 60 s at 10 req/s, all 1000-token prompts and 100-token answers
-    trace = [TraceRequest(i * 1.0, 1000, 100) for i in range(60)] + [TraceRequest(60 + i * 0.1, 1000, 100)
-                                                                    for i in range(600)]
+    trace = [TraceRequest(i * 1.0, 1000, 100) for i in range(60)] + [
+        TraceRequest(60 + i * 0.1, 1000, 100) for i in range(600)
+    ]
     capacity = sla_capacity(FLEET, 1000, 100)
     sizes = static_sizes(FLEET, trace)
     assert sizes["peak"]["prefill"] == math.ceil(10_000 / capacity["prefill"])
@@ -111,8 +119,9 @@ def test_planner_corrections_compare_with_the_profile() -> None:
 
 
 def test_fleet_options_are_typed_and_checked() -> None:
-    fleet = fleet_from_options({"model": "llama-3.1-8b", "gpus_per_replica": "1", "disaggregated": "false",
-                                "startup_s": "45"})
+    fleet = fleet_from_options(
+        {"model": "llama-3.1-8b", "gpus_per_replica": "1", "disaggregated": "false", "startup_s": "45"}
+    )
     assert (fleet.gpus_per_replica, fleet.disaggregated, fleet.startup_s) == (1, False, 45.0)
     with pytest.raises(ValueError):
         fleet_from_options({"colour": "red"})

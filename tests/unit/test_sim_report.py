@@ -23,8 +23,16 @@ def test_gpu_hours_count_to_the_horizon() -> None:
     def replica(created: float, removed: float | None) -> Replica:
         return Replica(engine=None, gpus=2, created_at=created, ready_at=created, removed_at=removed)  # type: ignore
 
-    result = SimResult("p", FleetConfig(), [], [replica(0, None), replica(1800, 2700), replica(3000, None)], [],
-                       horizon_s=3600, end_s=3700, events=0)
+    result = SimResult(
+        "p",
+        FleetConfig(),
+        [],
+        [replica(0, None), replica(1800, 2700), replica(3000, None)],
+        [],
+        horizon_s=3600,
+        end_s=3700,
+        events=0,
+    )
     assert gpu_hours(result) == pytest.approx(2 * (1 + 0.25 + 600 / 3600))
     assert peak_gpus(result) == 4
 
@@ -35,8 +43,12 @@ def _row(policy: str, sla: float, hours: float) -> PolicySummary:
 
 
 def test_verdict_lines() -> None:
-    rows = [_row("pdfleet", 0.995, 70), _row("static-peak", 0.999, 100), _row("hpa-queue", 0.9, 80),
-            _row("planner", 0.5, 50)]
+    rows = [
+        _row("pdfleet", 0.995, 70),
+        _row("static-peak", 0.999, 100),
+        _row("hpa-queue", 0.9, 80),
+        _row("planner", 0.5, 50),
+    ]
     lines = target_verdict(rows)
     assert "met" in lines[0] and "NOT" not in lines[0]
     assert "0.70x" in lines[1] and "NOT" not in lines[1]
@@ -44,8 +56,13 @@ def test_verdict_lines() -> None:
 
 
 def test_verdict_compares_the_families_where_the_points_do_not_dominate() -> None:
-    rows = [_row("pdfleet", 0.993, 47), _row("pdfleet-budget28", 0.51, 26), _row("planner", 0.17, 27),
-            _row("planner-h50", 0.984, 43), _row("planner-h40", 0.994, 51)]
+    rows = [
+        _row("pdfleet", 0.993, 47),
+        _row("pdfleet-budget28", 0.51, 26),
+        _row("planner", 0.17, 27),
+        _row("planner-h50", 0.984, 43),
+        _row("planner-h40", 0.994, 51),
+    ]
     lines = target_verdict(rows)
     assert "does NOT dominate" in lines[1]
     assert lines[2] == "  at equal SLA: the cheapest planner run reaching 99.30% is planner-h40 with 51.0 GPU-h vs 47.0"
@@ -55,14 +72,22 @@ def test_verdict_compares_the_families_where_the_points_do_not_dominate() -> Non
 
 
 def test_simulate_command_writes_summary_and_plots(tmp_path: Path) -> None:
-    code = cli.main([
-        "--trace", "synthetic:burst:duration_s=240,base_rps=3,peak_rps=15,period_s=120,burst_s=30",
-        "--policies", "static-peak,pdfleet-seeded,planner-h,colocated",
-        "--tuned", 'pdfleet-seeded={"seedCapacity": true}',
-        "--tuned", 'planner-h={"prefillUtilization": 0.5, "decodeUtilization": 0.8}',
-        "--fleet", "model=llama-3.1-8b gpus_per_replica=1 racks=2 gpus_per_rack=8 startup_s=30",
-        "--out", str(tmp_path),
-    ])
+    code = cli.main(
+        [
+            "--trace",
+            "synthetic:burst:duration_s=240,base_rps=3,peak_rps=15,period_s=120,burst_s=30",
+            "--policies",
+            "static-peak,pdfleet-seeded,planner-h,colocated",
+            "--tuned",
+            'pdfleet-seeded={"seedCapacity": true}',
+            "--tuned",
+            'planner-h={"prefillUtilization": 0.5, "decodeUtilization": 0.8}',
+            "--fleet",
+            "model=llama-3.1-8b gpus_per_replica=1 racks=2 gpus_per_rack=8 startup_s=30",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     out = tmp_path / "synthetic-burst"
     summary = json.loads((out / "summary.json").read_text())
@@ -75,5 +100,9 @@ def test_simulate_command_writes_summary_and_plots(tmp_path: Path) -> None:
 
 def test_simulate_command_rejects_unknown_policy(tmp_path: Path) -> None:
     assert cli.main(["--trace", "synthetic:steady", "--policies", "magic", "--out", str(tmp_path)]) == 2
-    assert cli.main(["--trace", "synthetic:steady", "--tuned", 'planner-x={"prefillUtilization": 2}',
-                     "--out", str(tmp_path)]) == 2
+    assert (
+        cli.main(
+            ["--trace", "synthetic:steady", "--tuned", 'planner-x={"prefillUtilization": 2}', "--out", str(tmp_path)]
+        )
+        == 2
+    )

@@ -16,15 +16,18 @@ from pdfleet.sim.trace import (
 )
 from pdfleet.sim.workload import LoadProfile, generate, parse_profile, rate_at
 
-SHARED_CONV = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "azure2023" / \
-    "AzureLLMInferenceTrace_conv.csv"
+SHARED_CONV = (
+    Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "azure2023" / "AzureLLMInferenceTrace_conv.csv"
+)
 
 
 def test_reads_azure_columns_and_normalizes_time(tmp_path: Path) -> None:
     path = tmp_path / "azure.csv"
-    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
-                    "2023-11-16 18:15:50.9951690,396,109\n"
-                    "2023-11-16 18:15:46.6805900,374,44\n")
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:50.9951690,396,109\n"
+        "2023-11-16 18:15:46.6805900,374,44\n"
+    )
     trace = read_trace(path)
     assert [(r.prompt_tokens, r.output_tokens) for r in trace] == [(374, 44), (396, 109)]
     assert trace[0].arrival == 0.0
@@ -81,8 +84,7 @@ def test_profiles_are_deterministic_and_follow_their_rate(kind: str) -> None:
     assert first == second
     expected = sum(rate_at(profile, t + 0.5) for t in range(600))
     assert len(first) == pytest.approx(expected, rel=0.12)
-    assert all(1 <= r.prompt_tokens <= profile.prompt_max and 1 <= r.output_tokens <= profile.output_max
-               for r in first)
+    assert all(1 <= r.prompt_tokens <= profile.prompt_max and 1 <= r.output_tokens <= profile.output_max for r in first)
 
 
 def test_profile_shapes() -> None:
@@ -97,7 +99,12 @@ def test_profile_shapes() -> None:
 def test_parse_profile() -> None:
     profile = parse_profile("burst:base_rps=2,peak_rps=10,duration_s=900,prompt_median=512")
     assert (profile.kind, profile.base_rps, profile.peak_rps, profile.duration_s, profile.prompt_median) == (
-        "burst", 2.0, 10.0, 900.0, 512)
+        "burst",
+        2.0,
+        10.0,
+        900.0,
+        512,
+    )
     with pytest.raises(ValueError):
         parse_profile("steady:nope=1")
     with pytest.raises(ValueError):

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-from pdfleet.api.model import TopologySpec, Toleration
+from pdfleet.api.model import Toleration, TopologySpec
 from pdfleet.topology.inventory import Taint, node_info
 
 
 def node(**overrides: object) -> dict:
     body = {
-        "metadata": {"name": "n1", "labels": {"topology.pdfleet.dev/rack": "rack-a",
-                                              "topology.kubernetes.io/zone": "zone-1",
-                                              "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+        "metadata": {
+            "name": "n1",
+            "labels": {
+                "topology.pdfleet.dev/rack": "rack-a",
+                "topology.kubernetes.io/zone": "zone-1",
+                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+            },
+        },
         "spec": {},
-        "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "64"},
-                   "conditions": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": "True"}]},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": "8", "cpu": "64"},
+            "conditions": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": "True"}],
+        },
     }
     body.update(overrides)
     return body
@@ -41,8 +48,15 @@ def test_missing_or_odd_fields_mean_not_available() -> None:
 
 
 def test_cordoned_node_is_unschedulable_and_taints_are_kept() -> None:
-    body = node(spec={"unschedulable": True, "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"},
-                                                        {"key": "soft", "value": "x", "effect": "PreferNoSchedule"}]})
+    body = node(
+        spec={
+            "unschedulable": True,
+            "taints": [
+                {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+                {"key": "soft", "value": "x", "effect": "PreferNoSchedule"},
+            ],
+        }
+    )
     info = node_info(body, TopologySpec())
     assert not info.schedulable
     assert info.blocking_taints() == (Taint("nvidia.com/gpu", "", "NoSchedule"),)

@@ -21,23 +21,35 @@ H100 = "NVIDIA-H100-80GB-HBM3"
 A100 = "NVIDIA-A100-SXM4-80GB"
 
 
-def rack_nodes(racks: str = "ab", per_rack: int = 2, gpus: int = 8, product: str = H100, **kw: object) -> list[NodeInfo]:
+def rack_nodes(
+    racks: str = "ab", per_rack: int = 2, gpus: int = 8, product: str = H100, **kw: object
+) -> list[NodeInfo]:
     return [
-        NodeInfo(name=f"rack-{r}-node-{i}", rack=f"rack-{r}", zone=f"zone-{r}", gpu_product=product,
-                 gpu_allocatable=gpus, ready=kw.get("ready", True), schedulable=kw.get("schedulable", True),
-                 labels=kw.get("labels", {}), taints=kw.get("taints", ()))
+        NodeInfo(
+            name=f"rack-{r}-node-{i}",
+            rack=f"rack-{r}",
+            zone=f"zone-{r}",
+            gpu_product=product,
+            gpu_allocatable=gpus,
+            ready=kw.get("ready", True),
+            schedulable=kw.get("schedulable", True),
+            labels=kw.get("labels", {}),
+            taints=kw.get("taints", ()),
+        )
         for r in racks
         for i in range(per_rack)
     ]
 
 
 def fleet(prefill: int = 2, decode: int = 2, placement: str = "RackPaired", **pools: dict) -> PDDeploymentSpec:
-    return parse_spec({
-        "model": {"name": "m"},
-        "prefill": {"replicas": prefill, **pools.get("prefill_spec", {})},
-        "decode": {"replicas": decode, **pools.get("decode_spec", {})},
-        "topology": {"placement": placement},
-    })
+    return parse_spec(
+        {
+            "model": {"name": "m"},
+            "prefill": {"replicas": prefill, **pools.get("prefill_spec", {})},
+            "decode": {"replicas": decode, **pools.get("decode_spec", {})},
+            "topology": {"placement": placement},
+        }
+    )
 
 
 def layout(placement: Placement, pool: str) -> dict[str, int]:

@@ -20,8 +20,7 @@ CRD_FILE_NAME = f"{API_GROUP}_{PLURAL}.yaml"
 _DROPPED_KEYS = {"title", "$defs"}
 # Readable key order in the generated file: what a field is first, its children last.
 _KEY_ORDER = {
-    key: rank
-    for rank, key in enumerate(["description", "type", "nullable", "default", "enum", "format", "pattern"])
+    key: rank for rank, key in enumerate(["description", "type", "nullable", "default", "enum", "format", "pattern"])
 } | {"properties": 90, "required": 91, "items": 92, "additionalProperties": 93}
 
 

@@ -226,9 +226,7 @@ class PoolSpec(ApiModel):
     @model_validator(mode="after")
     def _gpus(self) -> PoolSpec:
         if self.gpu_product is not None and self.gpus_per_replica < 1:
-            raise ValueError(
-                f"gpusPerReplica must be >= 1 when gpuProduct is set (got {self.gpus_per_replica})"
-            )
+            raise ValueError(f"gpusPerReplica must be >= 1 when gpuProduct is set (got {self.gpus_per_replica})")
         if GPU_RESOURCE in self.resources:
             raise ValueError(f"resources must not set {GPU_RESOURCE}; use gpusPerReplica")
         return self

@@ -38,6 +38,9 @@ def main(argv: list[str]) -> int:
         readings = source.fetch(args.engine, args.namespace, args.pdd, args.window, args.percentile, at=time.time())
     finally:
         source.close()
-    print(json.dumps({pool: {"type": type(r).__name__, **dataclasses.asdict(r)} for pool, r in readings.items()},
-                     indent=2))
+    print(
+        json.dumps(
+            {pool: {"type": type(r).__name__, **dataclasses.asdict(r)} for pool, r in readings.items()}, indent=2
+        )
+    )
     return 0 if all(isinstance(r, PoolSignals) for r in readings.values()) else 1

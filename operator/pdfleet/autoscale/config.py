@@ -83,9 +83,7 @@ def _pool_config(spec: Any, pool: str, default_capacity: float | None) -> PoolPo
     )
 
 
-def policy_config_from_spec(
-    spec: Any, capacity_tokens_per_s: Mapping[str, float] | None = None
-) -> FleetPolicyConfig:
+def policy_config_from_spec(spec: Any, capacity_tokens_per_s: Mapping[str, float] | None = None) -> FleetPolicyConfig:
     """Map a PDDeploymentSpec onto FleetPolicyConfig.
 
     A pool's capacity signal uses `autoscaling.capacityTokensPerSecond` when set, else the caller's default from

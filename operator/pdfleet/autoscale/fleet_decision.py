@@ -10,9 +10,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Mapping
 
+from pdfleet import POOLS
 from pdfleet.autoscale.config import FleetPolicyConfig
 from pdfleet.autoscale.policy import Decision, PoolScalerState, decide_pool
-from pdfleet import POOLS
 from pdfleet.autoscale.signals import PoolReading
 
 _EPS = 1e-9
@@ -72,7 +72,10 @@ def _enforce_ratio(config: FleetPolicyConfig, p: int, d: int, rp: _Range, rd: _R
 
 
 def _fit_budget(
-    config: FleetPolicyConfig, asked: Mapping[str, int], current: Mapping[str, int], low: Mapping[str, int],
+    config: FleetPolicyConfig,
+    asked: Mapping[str, int],
+    current: Mapping[str, int],
+    low: Mapping[str, int],
     pressure: Mapping[str, float],
 ) -> tuple[int, int]:
     """Share the GPU budget in proportion to what each pool asks: fill from the floors, one replica at a time, to the
@@ -133,8 +136,13 @@ def apply_fleet_constraints(config: FleetPolicyConfig, decisions: Mapping[str, D
         p, d = _enforce_ratio(config, p, d, rp, rd)
         steps.append((_band_text(config), (p, d)))
     if config.gpu_budget is not None:
-        p, d = _fit_budget(config, {"prefill": p, "decode": d}, {"prefill": prefill.current, "decode": decode.current},
-                           {"prefill": rp.low, "decode": rd.low}, {"prefill": prefill.pressure, "decode": decode.pressure})
+        p, d = _fit_budget(
+            config,
+            {"prefill": p, "decode": d},
+            {"prefill": prefill.current, "decode": decode.current},
+            {"prefill": rp.low, "decode": rd.low},
+            {"prefill": prefill.pressure, "decode": decode.pressure},
+        )
         steps.append((f"GPU budget {config.gpu_budget}", (p, d)))
         p, d = _lower_into_band(config, p, d, rp, rd)
         steps.append((_band_text(config), (p, d)))

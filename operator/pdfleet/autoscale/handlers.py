@@ -14,8 +14,7 @@ from typing import Any, Mapping
 
 import kopf
 
-from pdfleet import API_GROUP, API_VERSION, PLURAL
-from pdfleet import POOLS
+from pdfleet import API_GROUP, API_VERSION, PLURAL, POOLS
 from pdfleet.api.model import PDDeploymentSpec, SpecError, parse_spec
 from pdfleet.autoscale.metrics import CURRENT, DECISIONS, DESIRED, DRAINING, METRICS_AVAILABLE, SIGNAL
 from pdfleet.autoscale.policy import PoolScalerState
@@ -46,23 +45,45 @@ def export(namespace: str, name: str, step: AutoscaleStep) -> None:
     METRICS_AVAILABLE.labels(namespace, name).set(1 if step.status["autoscaler"]["metrics"]["available"] else 0)
 
 
-def run_interval(kube: KubeClient, source: PrometheusSignalSource, body: Mapping[str, Any], spec: PDDeploymentSpec,
-                 nodes: list[dict], pods: list[PodState], states: dict[str, PoolScalerState]) -> AutoscaleStep:
+def run_interval(
+    kube: KubeClient,
+    source: PrometheusSignalSource,
+    body: Mapping[str, Any],
+    spec: PDDeploymentSpec,
+    nodes: list[dict],
+    pods: list[PodState],
+    states: dict[str, PoolScalerState],
+) -> AutoscaleStep:
     """Fetch, decide, write. Blocking: runs in a worker thread."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     status = body.get("status") or {}
     now = time.time()
-    readings = source.fetch(spec.engine.kind, namespace, name, spec.autoscaler.window_seconds,
-                            spec.sla.percentile, at=now)
+    readings = source.fetch(
+        spec.engine.kind, namespace, name, spec.autoscaler.window_seconds, spec.sla.percentile, at=now
+    )
     views: list[list[dict] | None] = []
     if status.get("drain"):
         views = endpoint_views(router_admin_urls(pods, spec.router.admin_port, ready_only=True).values())
-    step = plan_autoscale(spec=spec, pdd_name=name, status=status, nodes=[node_info(n, spec.topology) for n in nodes],
-                          readings=readings, states=states, router_views=views, now=now)
+    step = plan_autoscale(
+        spec=spec,
+        pdd_name=name,
+        status=status,
+        nodes=[node_info(n, spec.topology) for n in nodes],
+        readings=readings,
+        states=states,
+        router_views=views,
+        now=now,
+    )
     if step.replicas:
-        kube.patch_custom(API_GROUP, API_VERSION, PLURAL, namespace, name,
-                          {"spec": {pool: {"replicas": n} for pool, n in step.replicas.items()}})
+        kube.patch_custom(
+            API_GROUP,
+            API_VERSION,
+            PLURAL,
+            namespace,
+            name,
+            {"spec": {pool: {"replicas": n} for pool, n in step.replicas.items()}},
+        )
     changed = {k: v for k, v in step.status.items() if status.get(k) != v}
     if changed:
         kube.patch_status(API_GROUP, API_VERSION, PLURAL, namespace, name, changed)
@@ -75,8 +96,16 @@ def _autoscaled(spec: PDDeploymentSpec) -> bool:
 
 
 @kopf.daemon(API_GROUP, API_VERSION, PLURAL, cancellation_timeout=10)
-async def autoscaler_daemon(namespace: str, name: str, body: kopf.Body, stopped: kopf.DaemonStopped,
-                            memo: kopf.Memo, node_index: kopf.Index, pod_index: kopf.Index, **_: Any) -> None:
+async def autoscaler_daemon(
+    namespace: str,
+    name: str,
+    body: kopf.Body,
+    stopped: kopf.DaemonStopped,
+    memo: kopf.Memo,
+    node_index: kopf.Index,
+    pod_index: kopf.Index,
+    **_: Any,
+) -> None:
     states: dict[str, PoolScalerState] = {}
     sources: dict[str, PrometheusSignalSource] = {}
     try:
@@ -88,8 +117,15 @@ async def autoscaler_daemon(namespace: str, name: str, body: kopf.Body, stopped:
                 if _autoscaled(spec):
                     source = sources.setdefault(spec.prometheus.url, PrometheusSignalSource(spec.prometheus.url))
                     step = await asyncio.to_thread(
-                        run_interval, memo.kube, source, body_snapshot(body), spec,
-                        index_snapshot(node_index, None), index_snapshot(pod_index, (namespace, name)), states)
+                        run_interval,
+                        memo.kube,
+                        source,
+                        body_snapshot(body),
+                        spec,
+                        index_snapshot(node_index, None),
+                        index_snapshot(pod_index, (namespace, name)),
+                        states,
+                    )
                     states = step.states
                     post_events(body, step.events)
                     if step.status["drain"]:
@@ -101,7 +137,7 @@ async def autoscaler_daemon(namespace: str, name: str, body: kopf.Body, stopped:
                     states = {}
             except SpecError:
                 pass  # the reconcile reports an invalid spec; nothing to scale until it is fixed
-            except Exception:  # noqa: BLE001 - one failed interval must not stop autoscaling
+            except Exception:
                 log.exception("autoscaler interval for %s/%s failed", namespace, name)
             await stopped.wait(delay)
     finally:

@@ -12,8 +12,8 @@ LABELS = ("namespace", "pdd", "pool")
 DESIRED = Gauge("pdfleet_autoscaler_desired_replicas", "Replicas the autoscaler wants", LABELS)
 CURRENT = Gauge("pdfleet_autoscaler_current_replicas", "spec replicas when the autoscaler decided", LABELS)
 SIGNAL = Gauge("pdfleet_autoscaler_signal_value", "Signals the autoscaler observed", LABELS + ("signal",))
-DECISIONS = Counter("pdfleet_autoscaler_decisions_total", "Autoscaler decisions",
-                    LABELS + ("direction", "signal"))
-METRICS_AVAILABLE = Gauge("pdfleet_autoscaler_metrics_available", "1 when every autoscaled pool had fresh metrics",
-                          ("namespace", "pdd"))
+DECISIONS = Counter("pdfleet_autoscaler_decisions_total", "Autoscaler decisions", LABELS + ("direction", "signal"))
+METRICS_AVAILABLE = Gauge(
+    "pdfleet_autoscaler_metrics_available", "1 when every autoscaled pool had fresh metrics", ("namespace", "pdd")
+)
 DRAINING = Gauge("pdfleet_autoscaler_drain_in_progress", "1 while a pool drains before a scale-down", LABELS)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 from typing import Mapping
 
 from pdfleet.autoscale.config import PoolPolicyConfig
-from pdfleet.perfmodel.replica import decode_sla_capacity, prefill_sla_capacity
 from pdfleet.autoscale.signals import MetricsUnavailable, PoolReading, PoolSignals
+from pdfleet.perfmodel.replica import decode_sla_capacity, prefill_sla_capacity
 
 CAPACITY_LEARN_WEIGHT = 0.3  # EWMA weight of a new capacity sample
 # Share of a saturated replica's throughput that the learned capacity keeps: a replica serving at its saturated rate
@@ -148,8 +148,9 @@ def _latency_estimate(
         return None
     label = "TTFT" if config.pool == "prefill" else "ITL"
     text = f"{label} p{percentile:g} {ratio * config.target_latency_ms:.0f} ms {{cmp}} {config.target_latency_ms:g} ms"
-    return _scale_up_only(_estimate("latency", ratio, s.replicas_reporting, current, config.tolerance, text),
-                          ratio, current, config)
+    return _scale_up_only(
+        _estimate("latency", ratio, s.replicas_reporting, current, config.tolerance, text), ratio, current, config
+    )
 
 
 def _cap_breach(
@@ -173,8 +174,9 @@ def _queue_estimate(config: PoolPolicyConfig, s: PoolSignals, current: int) -> S
         return None
     text = f"queue {per_replica:.1f}/replica {{cmp}} {config.target_queue_per_replica:g}"
     ratio = per_replica / config.target_queue_per_replica
-    return _scale_up_only(_estimate("queue", ratio, s.replicas_reporting, current, config.tolerance, text),
-                          ratio, current, config)
+    return _scale_up_only(
+        _estimate("queue", ratio, s.replicas_reporting, current, config.tolerance, text), ratio, current, config
+    )
 
 
 def _pool_tps(pool: str, s: PoolSignals) -> float | None:
@@ -204,9 +206,7 @@ def _capacity_estimate(
     return _estimate("capacity", ratio, s.replicas_reporting, current, config.tolerance, text)
 
 
-def learn_capacity(
-    config: PoolPolicyConfig, s: PoolSignals, current: int, learned: float | None
-) -> float | None:
+def learn_capacity(config: PoolPolicyConfig, s: PoolSignals, current: int, learned: float | None) -> float | None:
     """Fold a capacity sample into the EWMA while the pool is saturated (latency or queue per replica at or over its
     target) with every replica reporting; an unsaturated pool's throughput is only the load it was offered. The
     sample is LEARNED_CAPACITY_UTILIZATION of the per-replica throughput."""
@@ -217,8 +217,9 @@ def learn_capacity(
     latency = _latency_ratio(config, s)
     queue = s.queue_per_replica
     at_target = latency is not None and latency >= floor
-    queueing = queue is not None and config.target_queue_per_replica > 0 and (
-        queue >= floor * config.target_queue_per_replica)
+    queueing = (
+        queue is not None and config.target_queue_per_replica > 0 and (queue >= floor * config.target_queue_per_replica)
+    )
     if not (at_target or queueing):
         return learned
     sample = tps / s.replicas_reporting * LEARNED_CAPACITY_UTILIZATION

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pdfleet import POOLS
 
 
-
 class Signal(str, enum.Enum):
     """A per-pool measurement the policy can act on; the value names the PoolSignals field it fills."""
 

@@ -142,8 +142,9 @@ class PrometheusSignalSource:
         try:
             result = self._client.custom_query(query.promql, params=params)
         except requests.Timeout as exc:
-            raise _QueryFailed(TIMEOUT, f"Prometheus {self.url} gave no answer to {name} within "
-                               f"{self.timeout_seconds:g}s") from exc
+            raise _QueryFailed(
+                TIMEOUT, f"Prometheus {self.url} gave no answer to {name} within {self.timeout_seconds:g}s"
+            ) from exc
         except requests.RequestException as exc:
             raise _QueryFailed(UNREACHABLE, f"Prometheus {self.url} unreachable: {_root_cause(exc)}") from exc
         except PrometheusApiClientException as exc:

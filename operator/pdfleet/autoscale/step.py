@@ -49,20 +49,23 @@ def metrics_report(readings: Mapping[str, PoolReading], enabled: Sequence[str]) 
         return {"available": True, "reason": "MetricsFresh", "message": "all autoscaled pools have fresh metrics"}
     first = missing[0]
     reason = "".join(word.capitalize() for word in first.reason.split("_"))
-    return {"available": False, "reason": f"Metrics{reason}",
-            "message": f"{first.pool}: {first.message}; holding current replicas"}
+    return {
+        "available": False,
+        "reason": f"Metrics{reason}",
+        "message": f"{first.pool}: {first.message}; holding current replicas",
+    }
 
 
-def drained_pods(spec: PDDeploymentSpec, nodes: Sequence[NodeInfo], pdd_name: str, pool: str, target: int
-                 ) -> list[str]:
+def drained_pods(spec: PDDeploymentSpec, nodes: Sequence[NodeInfo], pdd_name: str, pool: str, target: int) -> list[str]:
     """Names of the pods that shrinking `pool` to `target` replicas removes (same placement rule as the reconcile)."""
     try:
         before = plan_placement(spec, list(nodes), pdd_name=pdd_name)
         after = plan_placement(spec, list(nodes), pdd_name=pdd_name, replicas={pool: target})
     except PlacementError:
         return []
-    return pods_removed({c.name: c.replicas for c in before.pool_cells(pool)},
-                        {c.name: c.replicas for c in after.pool_cells(pool)})
+    return pods_removed(
+        {c.name: c.replicas for c in before.pool_cells(pool)}, {c.name: c.replicas for c in after.pool_cells(pool)}
+    )
 
 
 def _signals_for_status(signals: Mapping[str, float]) -> dict[str, float]:
@@ -94,17 +97,25 @@ def plan_autoscale(
 
     if drain:
         pool = drain["pool"]
-        progress = drain_progress(router_views, drain["endpoints"], epoch(drain["startedAt"]), now,
-                                  config.drain_timeout_s)
+        progress = drain_progress(
+            router_views, drain["endpoints"], epoch(drain["startedAt"]), now, config.drain_timeout_s
+        )
         if decision.decisions[pool].desired >= current[pool]:
-            events.append(Event("Normal", "DrainCancelled", f"{pool} stays at {current[pool]}: "
-                                f"{decision.decisions[pool].cause}"))
+            events.append(
+                Event("Normal", "DrainCancelled", f"{pool} stays at {current[pool]}: {decision.decisions[pool].cause}")
+            )
             drain = None
         elif progress.done:
             replicas[pool] = drain["targetReplicas"]
             scaled.add(pool)
-            events.append(Event("Normal", "ScaledDown", f"{pool} {current[pool]}\u2192{drain['targetReplicas']}: "
-                                f"{drain.get('cause', '')} ({progress.reason})"))
+            events.append(
+                Event(
+                    "Normal",
+                    "ScaledDown",
+                    f"{pool} {current[pool]}\u2192{drain['targetReplicas']}: "
+                    f"{drain.get('cause', '')} ({progress.reason})",
+                )
+            )
             drain = None
 
     for pool in POOLS:
@@ -120,10 +131,16 @@ def plan_autoscale(
         elif drain is None:
             endpoints = drained_pods(spec, nodes, pdd_name, pool, chosen.desired)
             if endpoints:
-                drain = {"pool": pool, "targetReplicas": chosen.desired, "endpoints": endpoints,
-                         "startedAt": iso(now), "cause": chosen.cause}
-                events.append(Event("Normal", "DrainStarted",
-                                    f"{chosen.reason}; draining {', '.join(endpoints)} first"))
+                drain = {
+                    "pool": pool,
+                    "targetReplicas": chosen.desired,
+                    "endpoints": endpoints,
+                    "startedAt": iso(now),
+                    "cause": chosen.cause,
+                }
+                events.append(
+                    Event("Normal", "DrainStarted", f"{chosen.reason}; draining {', '.join(endpoints)} first")
+                )
             else:
                 replicas[pool] = chosen.desired
                 scaled.add(pool)
@@ -140,5 +157,10 @@ def plan_autoscale(
             "signals": _signals_for_status(chosen.signals),
             "lastScaleTime": iso(now) if pool in scaled else before.get("lastScaleTime"),
         }
-    return AutoscaleStep(replicas=replicas, status={"autoscaler": report, "drain": drain}, events=tuple(events),
-                         states=dict(decision.states), decision=decision)
+    return AutoscaleStep(
+        replicas=replicas,
+        status={"autoscaler": report, "drain": drain},
+        events=tuple(events),
+        states=dict(decision.states),
+        decision=decision,
+    )

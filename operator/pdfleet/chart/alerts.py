@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import yaml
 
-from pdfleet.operator import fleet_metrics as fm
 from pdfleet.chart.queries import engine_quantile, engine_series
+from pdfleet.operator import fleet_metrics as fm
 
 WINDOW = "5m"
 FLEET = "namespace, pdd"
@@ -45,10 +45,11 @@ def _sla_breach(objective: str, field_name: str, pool: str, what: str) -> Alert:
         name=f"PDFleet{objective.upper()}SLABreach",
         signal=p90,
         comparison=f'> on ({FLEET}) {fm.SLA_TARGET_SECONDS}{{objective="{objective}"}}',
-        for_="10m", severity="warning",
+        for_="10m",
+        severity="warning",
         summary=f"{what} p90 above the SLA target",
         description=f"{{{{ $labels.namespace }}}}/{{{{ $labels.pdd }}}}: {what} p90 over {WINDOW} is "
-                    f"{{{{ $value | humanizeDuration }}}}, above spec.sla.{objective}Ms.",
+        f"{{{{ $value | humanizeDuration }}}}, above spec.sla.{objective}Ms.",
     )
 
 
@@ -62,29 +63,32 @@ def alerts() -> tuple[Alert, ...]:
             name="PDFleetEngineMetricsMissing",
             signal=f'{fm.POOL_REPLICAS}{{state="ready"}}',
             comparison=f"> 0 unless on ({POOL}) {engines_up}",
-            for_="5m", severity="warning",
+            for_="5m",
+            severity="warning",
             summary="Ready engine pods export no metrics",
             description="{{ $labels.namespace }}/{{ $labels.pdd }} {{ $labels.pool }} has {{ $value }} ready pods but "
-                        "Prometheus has no engine series for the pool: check the scrape config (PodMonitor) and "
-                        "relabelling. The autoscaler holds replicas while its signals are missing.",
+            "Prometheus has no engine series for the pool: check the scrape config (PodMonitor) and "
+            "relabelling. The autoscaler holds replicas while its signals are missing.",
         ),
         Alert(
             name="PDFleetAutoscalerMetricsUnavailable",
             signal=fm.AUTOSCALER_METRICS_AVAILABLE,
             comparison="== 0",
-            for_="5m", severity="warning",
+            for_="5m",
+            severity="warning",
             summary="The autoscaler cannot read its signals",
             description="{{ $labels.namespace }}/{{ $labels.pdd }}: the autoscaler holds replicas because its "
-                        "Prometheus queries fail or return no samples; see the MetricsAvailable condition.",
+            "Prometheus queries fail or return no samples; see the MetricsAvailable condition.",
         ),
         Alert(
             name="PDFleetPoolAtMaxReplicas",
             signal=fm.AUTOSCALER_DESIRED_REPLICAS,
             comparison=f">= on ({POOL}) {fm.AUTOSCALER_MAX_REPLICAS}",
-            for_="15m", severity="warning",
+            for_="15m",
+            severity="warning",
             summary="Pool pinned at autoscaling.maxReplicas",
             description="{{ $labels.namespace }}/{{ $labels.pdd }} {{ $labels.pool }} wants {{ $value }} replicas, "
-                        "its maxReplicas: the SLA may be missed; raise maxReplicas or the GPU budget.",
+            "its maxReplicas: the SLA may be missed; raise maxReplicas or the GPU budget.",
         ),
         Alert(
             name="PDFleetDrainStuck",
@@ -94,16 +98,23 @@ def alerts() -> tuple[Alert, ...]:
             severity="warning",
             summary="Scale-down drain not finishing",
             description="{{ $labels.namespace }}/{{ $labels.pdd }} {{ $labels.pool }} has been draining for more than "
-                        f"{DRAIN_STUCK_FOR}; check the router's /admin/endpoints and the operator log.",
+            f"{DRAIN_STUCK_FOR}; check the router's /admin/endpoints and the operator log.",
         ),
     )
 
 
 def rule_groups() -> list[dict]:
     """The `groups:` of a Prometheus rules file holding every alert."""
-    rules = [{"alert": a.name, "expr": a.expr, "for": a.for_, "labels": {"severity": a.severity},
-              "annotations": {"summary": a.summary, "description": a.description}}
-             for a in alerts()]
+    rules = [
+        {
+            "alert": a.name,
+            "expr": a.expr,
+            "for": a.for_,
+            "labels": {"severity": a.severity},
+            "annotations": {"summary": a.summary, "description": a.description},
+        }
+        for a in alerts()
+    ]
     return [{"name": "pdfleet", "rules": rules}]
 
 

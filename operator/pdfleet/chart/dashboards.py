@@ -12,9 +12,17 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from pdfleet.chart.queries import (
+    DASHBOARD_SELECTOR,
+    QUANTILES,
+    RATE_WINDOW,
+    engine_quantile,
+    engine_rate,
+    engine_series,
+    histogram_quantile,
+    ratio,
+)
 from pdfleet.operator import fleet_metrics as fm
-from pdfleet.chart.queries import (DASHBOARD_SELECTOR, QUANTILES, RATE_WINDOW, engine_quantile, engine_rate,
-                                           engine_series, histogram_quantile, ratio)
 from pdfleet.router.policy import SAME_RACK
 
 SEL = DASHBOARD_SELECTOR
@@ -75,134 +83,255 @@ def _attainment(field_name: str, pool: str, objective: str) -> str:
 
 def fleet_overview() -> Dashboard:
     """Replicas (spec/ready/autoscaler desired) per pool against request and token rates."""
-    return Dashboard("pdfleet-fleet", "pdfleet / Fleet overview",
-                     "Per PDDeployment: prefill/decode replicas over time against the load they serve.", (
-        Panel("Replicas per pool", (
-            Query(f'{fm.POOL_REPLICAS}{{{SEL}, state=~"spec|ready"}}', "{{pool}} {{state}}"),
-            Query(f"{fm.AUTOSCALER_DESIRED_REPLICAS}{{{SEL}}}", "{{pool}} autoscaler desired"),
-        ), description="spec: replicas asked for; ready: Ready pods; autoscaler desired: its last decision."),
-        Panel("Request rate", (
-            Query(engine_rate("e2e_histogram", "pool", SEL, W, "_count"), "{{pool}} finished"),
-            Query(f"sum by (path) (rate({ROUTER}requests_total{{{SEL}}}[{W}]))", "router {{path}}"),
-        ), unit="reqps"),
-        Panel("Token rates", (
-            Query(engine_rate("prompt_tokens_counter", "pool", SEL, W), "{{pool}} prompt"),
-            Query(engine_rate("generation_tokens_counter", "pool", SEL, W), "{{pool}} generation"),
-        ), unit="short", description="Tokens per second."),
-        Panel("Queue and running requests", (
-            Query(f"sum by (pool) ({engine_series('waiting_gauge', selector=SEL)})", "{{pool}} waiting"),
-            Query(f"sum by (pool) ({engine_series('running_gauge', selector=SEL)})", "{{pool}} running"),
-        )),
-        Panel("KV cache usage", (
-            Query(f"avg by (pool) ({engine_series('kv_usage_gauge', selector=SEL)})", "{{pool}} mean"),
-            Query(f"max by (pool) ({engine_series('kv_usage_gauge', selector=SEL)})", "{{pool}} max"),
-        ), unit="percentunit"),
-        Panel("Engines reporting", (
-            Query(f"count by (pool) (count by (pool, pod) ({engine_series('running_gauge', selector=SEL)}))",
-                  "{{pool}}"),
-        ), description="Engine pods whose latest scrape succeeded."),
-    ))
+    return Dashboard(
+        "pdfleet-fleet",
+        "pdfleet / Fleet overview",
+        "Per PDDeployment: prefill/decode replicas over time against the load they serve.",
+        (
+            Panel(
+                "Replicas per pool",
+                (
+                    Query(f'{fm.POOL_REPLICAS}{{{SEL}, state=~"spec|ready"}}', "{{pool}} {{state}}"),
+                    Query(f"{fm.AUTOSCALER_DESIRED_REPLICAS}{{{SEL}}}", "{{pool}} autoscaler desired"),
+                ),
+                description="spec: replicas asked for; ready: Ready pods; autoscaler desired: its last decision.",
+            ),
+            Panel(
+                "Request rate",
+                (
+                    Query(engine_rate("e2e_histogram", "pool", SEL, W, "_count"), "{{pool}} finished"),
+                    Query(f"sum by (path) (rate({ROUTER}requests_total{{{SEL}}}[{W}]))", "router {{path}}"),
+                ),
+                unit="reqps",
+            ),
+            Panel(
+                "Token rates",
+                (
+                    Query(engine_rate("prompt_tokens_counter", "pool", SEL, W), "{{pool}} prompt"),
+                    Query(engine_rate("generation_tokens_counter", "pool", SEL, W), "{{pool}} generation"),
+                ),
+                unit="short",
+                description="Tokens per second.",
+            ),
+            Panel(
+                "Queue and running requests",
+                (
+                    Query(f"sum by (pool) ({engine_series('waiting_gauge', selector=SEL)})", "{{pool}} waiting"),
+                    Query(f"sum by (pool) ({engine_series('running_gauge', selector=SEL)})", "{{pool}} running"),
+                ),
+            ),
+            Panel(
+                "KV cache usage",
+                (
+                    Query(f"avg by (pool) ({engine_series('kv_usage_gauge', selector=SEL)})", "{{pool}} mean"),
+                    Query(f"max by (pool) ({engine_series('kv_usage_gauge', selector=SEL)})", "{{pool}} max"),
+                ),
+                unit="percentunit",
+            ),
+            Panel(
+                "Engines reporting",
+                (
+                    Query(
+                        f"count by (pool) (count by (pool, pod) ({engine_series('running_gauge', selector=SEL)}))",
+                        "{{pool}}",
+                    ),
+                ),
+                description="Engine pods whose latest scrape succeeded.",
+            ),
+        ),
+    )
 
 
 def sla() -> Dashboard:
     """TTFT and TPOT percentiles against the SLA targets, and how often the targets were met."""
-    return Dashboard("pdfleet-sla", "pdfleet / SLA",
-                     "TTFT (prefill pool) and TPOT (decode pool, inter-token latency) against the fleet's SLA.", (
-        Panel("TTFT (prefill engines)", (*_quantile_queries("ttft_histogram", "prefill"), _target("ttft")), unit="s"),
-        Panel("TPOT (decode engines, inter-token latency)",
-              (*_quantile_queries("itl_histogram", "decode"), _target("tpot")), unit="s"),
-        Panel("Client-seen TTFT and TPOT p90 (router)", (
-            Query(histogram_quantile(0.9, ROUTER + "ttft_seconds", "namespace, pdd", SEL, W), "TTFT p90"),
-            Query(histogram_quantile(0.9, ROUTER + "tpot_seconds", "namespace, pdd", SEL, W), "TPOT p90"),
-        ), unit="s"),
-        Panel("p90 / target (above 1 = SLA breached)", (
-            Query(_sla_compare("ttft_histogram", "prefill", "ttft", "/"), "TTFT"),
-            Query(_sla_compare("itl_histogram", "decode", "tpot", "/"), "TPOT"),
-        ), unit="percentunit"),
-        Panel("SLA attainment over the range", (
-            Query(_attainment("ttft_histogram", "prefill", "ttft"), "TTFT"),
-            Query(_attainment("itl_histogram", "decode", "tpot"), "TPOT"),
-        ), unit="percentunit", kind="stat", description="Share of the time the pool's p90 met its target."),
-    ))
+    return Dashboard(
+        "pdfleet-sla",
+        "pdfleet / SLA",
+        "TTFT (prefill pool) and TPOT (decode pool, inter-token latency) against the fleet's SLA.",
+        (
+            Panel(
+                "TTFT (prefill engines)", (*_quantile_queries("ttft_histogram", "prefill"), _target("ttft")), unit="s"
+            ),
+            Panel(
+                "TPOT (decode engines, inter-token latency)",
+                (*_quantile_queries("itl_histogram", "decode"), _target("tpot")),
+                unit="s",
+            ),
+            Panel(
+                "Client-seen TTFT and TPOT p90 (router)",
+                (
+                    Query(histogram_quantile(0.9, ROUTER + "ttft_seconds", "namespace, pdd", SEL, W), "TTFT p90"),
+                    Query(histogram_quantile(0.9, ROUTER + "tpot_seconds", "namespace, pdd", SEL, W), "TPOT p90"),
+                ),
+                unit="s",
+            ),
+            Panel(
+                "p90 / target (above 1 = SLA breached)",
+                (
+                    Query(_sla_compare("ttft_histogram", "prefill", "ttft", "/"), "TTFT"),
+                    Query(_sla_compare("itl_histogram", "decode", "tpot", "/"), "TPOT"),
+                ),
+                unit="percentunit",
+            ),
+            Panel(
+                "SLA attainment over the range",
+                (
+                    Query(_attainment("ttft_histogram", "prefill", "ttft"), "TTFT"),
+                    Query(_attainment("itl_histogram", "decode", "tpot"), "TPOT"),
+                ),
+                unit="percentunit",
+                kind="stat",
+                description="Share of the time the pool's p90 met its target.",
+            ),
+        ),
+    )
 
 
 def autoscaler() -> Dashboard:
     """The autoscaler's decisions and the signals behind them."""
     signal = f"{fm.AUTOSCALER_SIGNAL}{{{SEL}, signal=~"
     decisions = f"{fm.AUTOSCALER_DECISIONS}{{{SEL}}}"
-    return Dashboard("pdfleet-autoscaler", "pdfleet / Autoscaler decisions",
-                     "Desired replicas per pool, the signal that drove each decision, and the signals observed.", (
-        Panel("Desired vs current replicas with bounds", (
-            Query(f"{fm.AUTOSCALER_DESIRED_REPLICAS}{{{SEL}}}", "{{pool}} desired"),
-            Query(f"{fm.AUTOSCALER_CURRENT_REPLICAS}{{{SEL}}}", "{{pool}} current"),
-            Query(f"{fm.AUTOSCALER_MIN_REPLICAS}{{{SEL}}}", "{{pool}} min"),
-            Query(f"{fm.AUTOSCALER_MAX_REPLICAS}{{{SEL}}}", "{{pool}} max"),
-        )),
-        Panel("Decisions by driving signal", (
-            Query(f"sum by (pool, direction, signal) (increase({decisions}[{W}]))",
-                  "{{pool}} {{direction}}: {{signal}}"),
-        ), description="Decisions per interval window: up / down / hold, and the signal that determined each."),
-        Panel("Latency signals", (Query(signal + '"(ttft|itl)_p.*_ms"}', "{{pool}} {{signal}}"),), unit="ms"),
-        Panel("Queue and concurrency signals", (
-            Query(signal + '"queue_total|queue_per_replica|running_total|replicas_reporting"}', "{{pool}} {{signal}}"),
-        )),
-        Panel("Throughput signals", (
-            Query(signal + '"prompt_tps|gen_tps|request_rate|capacity_tps_per_replica"}', "{{pool}} {{signal}}"),
-        ), description="Token and request rates per second."),
-        Panel("Metrics availability and drains", (
-            Query(f"{fm.AUTOSCALER_METRICS_AVAILABLE}{{{SEL}}}", "metrics available"),
-            Query(f"{fm.AUTOSCALER_DRAINING}{{{SEL}}}", "{{pool}} draining"),
-        )),
-        Panel("Time since last scale", (
-            Query(f"time() - {fm.AUTOSCALER_LAST_SCALE}{{{SEL}}}", "{{pool}}"),
-        ), unit="s", kind="stat"),
-    ))
+    return Dashboard(
+        "pdfleet-autoscaler",
+        "pdfleet / Autoscaler decisions",
+        "Desired replicas per pool, the signal that drove each decision, and the signals observed.",
+        (
+            Panel(
+                "Desired vs current replicas with bounds",
+                (
+                    Query(f"{fm.AUTOSCALER_DESIRED_REPLICAS}{{{SEL}}}", "{{pool}} desired"),
+                    Query(f"{fm.AUTOSCALER_CURRENT_REPLICAS}{{{SEL}}}", "{{pool}} current"),
+                    Query(f"{fm.AUTOSCALER_MIN_REPLICAS}{{{SEL}}}", "{{pool}} min"),
+                    Query(f"{fm.AUTOSCALER_MAX_REPLICAS}{{{SEL}}}", "{{pool}} max"),
+                ),
+            ),
+            Panel(
+                "Decisions by driving signal",
+                (
+                    Query(
+                        f"sum by (pool, direction, signal) (increase({decisions}[{W}]))",
+                        "{{pool}} {{direction}}: {{signal}}",
+                    ),
+                ),
+                description="Decisions per interval window: up / down / hold, and the signal that determined each.",
+            ),
+            Panel("Latency signals", (Query(signal + '"(ttft|itl)_p.*_ms"}', "{{pool}} {{signal}}"),), unit="ms"),
+            Panel(
+                "Queue and concurrency signals",
+                (
+                    Query(
+                        signal + '"queue_total|queue_per_replica|running_total|replicas_reporting"}',
+                        "{{pool}} {{signal}}",
+                    ),
+                ),
+            ),
+            Panel(
+                "Throughput signals",
+                (Query(signal + '"prompt_tps|gen_tps|request_rate|capacity_tps_per_replica"}', "{{pool}} {{signal}}"),),
+                description="Token and request rates per second.",
+            ),
+            Panel(
+                "Metrics availability and drains",
+                (
+                    Query(f"{fm.AUTOSCALER_METRICS_AVAILABLE}{{{SEL}}}", "metrics available"),
+                    Query(f"{fm.AUTOSCALER_DRAINING}{{{SEL}}}", "{{pool}} draining"),
+                ),
+            ),
+            Panel(
+                "Time since last scale",
+                (Query(f"time() - {fm.AUTOSCALER_LAST_SCALE}{{{SEL}}}", "{{pool}}"),),
+                unit="s",
+                kind="stat",
+            ),
+        ),
+    )
 
 
 def router() -> Dashboard:
     """Paths taken, locality, retries and per-endpoint load of the PD router."""
     requests = f"{ROUTER}requests_total{{{SEL}}}"
     pairs = f"{ROUTER}pairs_total{{{SEL}"
-    return Dashboard("pdfleet-router", "pdfleet / Router",
-                     "Paths taken (disaggregated / direct / fallback), same-rack pairing, retries, in-flight load.", (
-        Panel("Paths taken", (Query(f"sum by (path) (rate({requests}[{W}]))", "{{path}}"),), unit="reqps"),
-        Panel("Success ratio", (
-            Query(ratio(f'sum(rate({ROUTER}requests_total{{{SEL}, status=~"2.."}}[{W}]))',
-                        f"sum(rate({requests}[{W}]))"), "2xx"),
-        ), unit="percentunit"),
-        Panel("Same-rack pair ratio", (
-            Query(ratio(f'sum(rate({pairs}, locality="{SAME_RACK}"}}[{W}]))', f"sum(rate({pairs}}}[{W}]))"),
-                  "same rack"),
-        ), unit="percentunit"),
-        Panel("Retries and fallbacks", (
-            Query(f"sum by (leg) (rate({ROUTER}retries_total{{{SEL}}}[{W}]))", "{{leg}} retries"),
-            Query(f"sum(rate({ROUTER}fallbacks_total{{{SEL}}}[{W}]))", "fallbacks"),
-        ), unit="reqps"),
-        Panel("In-flight per endpoint", (Query(f"sum by (endpoint) ({ROUTER}inflight{{{SEL}}})", "{{endpoint}}"),)),
-        Panel("Healthy endpoints", (
-            Query(f"sum by (pool) ({ROUTER}endpoint_healthy{{{SEL}}})", "{{pool}} healthy"),
-            Query(f"count by (pool) ({ROUTER}endpoint_healthy{{{SEL}}})", "{{pool}} known"),
-        )),
-    ))
+    return Dashboard(
+        "pdfleet-router",
+        "pdfleet / Router",
+        "Paths taken (disaggregated / direct / fallback), same-rack pairing, retries, in-flight load.",
+        (
+            Panel("Paths taken", (Query(f"sum by (path) (rate({requests}[{W}]))", "{{path}}"),), unit="reqps"),
+            Panel(
+                "Success ratio",
+                (
+                    Query(
+                        ratio(
+                            f'sum(rate({ROUTER}requests_total{{{SEL}, status=~"2.."}}[{W}]))',
+                            f"sum(rate({requests}[{W}]))",
+                        ),
+                        "2xx",
+                    ),
+                ),
+                unit="percentunit",
+            ),
+            Panel(
+                "Same-rack pair ratio",
+                (
+                    Query(
+                        ratio(f'sum(rate({pairs}, locality="{SAME_RACK}"}}[{W}]))', f"sum(rate({pairs}}}[{W}]))"),
+                        "same rack",
+                    ),
+                ),
+                unit="percentunit",
+            ),
+            Panel(
+                "Retries and fallbacks",
+                (
+                    Query(f"sum by (leg) (rate({ROUTER}retries_total{{{SEL}}}[{W}]))", "{{leg}} retries"),
+                    Query(f"sum(rate({ROUTER}fallbacks_total{{{SEL}}}[{W}]))", "fallbacks"),
+                ),
+                unit="reqps",
+            ),
+            Panel("In-flight per endpoint", (Query(f"sum by (endpoint) ({ROUTER}inflight{{{SEL}}})", "{{endpoint}}"),)),
+            Panel(
+                "Healthy endpoints",
+                (
+                    Query(f"sum by (pool) ({ROUTER}endpoint_healthy{{{SEL}}})", "{{pool}} healthy"),
+                    Query(f"count by (pool) ({ROUTER}endpoint_healthy{{{SEL}}})", "{{pool}} known"),
+                ),
+            ),
+        ),
+    )
 
 
 def kv_transfer() -> Dashboard:
     """KV cache transfer time, volume and failures between prefill and decode engines."""
-    return Dashboard("pdfleet-kv-transfer", "pdfleet / KV transfer",
-                     "Decode-side KV pulls from prefill engines: time, bytes and failures, by rack locality.", (
-        Panel("Transfer time by locality", tuple(
-            Query(histogram_quantile(q, KV + "seconds", "locality", SEL, W), f"{{{{locality}}}} p{q * 100:g}")
-            for q in QUANTILES), unit="s"),
-        Panel("Bytes per second by locality", (
-            Query(f"sum by (locality) (rate({KV}bytes_total{{{SEL}}}[{W}]))", "{{locality}}"),
-        ), unit="Bps"),
-        Panel("Transfer failures by reason", (
-            Query(f"sum by (reason) (rate({KV}failures_total{{{SEL}}}[{W}]))", "{{reason}}"),
-        ), unit="ops"),
-        Panel("Router KV handshake failures by reason", (
-            Query(f"sum by (reason) (rate({ROUTER}kv_handshake_failures_total{{{SEL}}}[{W}]))", "{{reason}}"),
-        ), unit="ops"),
-    ))
+    return Dashboard(
+        "pdfleet-kv-transfer",
+        "pdfleet / KV transfer",
+        "Decode-side KV pulls from prefill engines: time, bytes and failures, by rack locality.",
+        (
+            Panel(
+                "Transfer time by locality",
+                tuple(
+                    Query(histogram_quantile(q, KV + "seconds", "locality", SEL, W), f"{{{{locality}}}} p{q * 100:g}")
+                    for q in QUANTILES
+                ),
+                unit="s",
+            ),
+            Panel(
+                "Bytes per second by locality",
+                (Query(f"sum by (locality) (rate({KV}bytes_total{{{SEL}}}[{W}]))", "{{locality}}"),),
+                unit="Bps",
+            ),
+            Panel(
+                "Transfer failures by reason",
+                (Query(f"sum by (reason) (rate({KV}failures_total{{{SEL}}}[{W}]))", "{{reason}}"),),
+                unit="ops",
+            ),
+            Panel(
+                "Router KV handshake failures by reason",
+                (Query(f"sum by (reason) (rate({ROUTER}kv_handshake_failures_total{{{SEL}}}[{W}]))", "{{reason}}"),),
+                unit="ops",
+            ),
+        ),
+    )
 
 
 def all_dashboards() -> tuple[Dashboard, ...]:
@@ -211,20 +340,39 @@ def all_dashboards() -> tuple[Dashboard, ...]:
 
 
 def _variable(name: str, label: str, query: str) -> dict[str, Any]:
-    return {"name": name, "label": label, "type": "query", "datasource": {"type": "prometheus", "uid": "${datasource}"},
-            "query": {"query": query, "refId": f"{name}-values"}, "definition": query, "refresh": 2, "sort": 1,
-            "includeAll": False, "multi": False}
+    return {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": {"type": "prometheus", "uid": "${datasource}"},
+        "query": {"query": query, "refId": f"{name}-values"},
+        "definition": query,
+        "refresh": 2,
+        "sort": 1,
+        "includeAll": False,
+        "multi": False,
+    }
 
 
 def _panel_json(panel: Panel, index: int) -> dict[str, Any]:
-    grid = {"h": PANEL_HEIGHT, "w": PANEL_WIDTH, "x": (index % COLUMNS) * PANEL_WIDTH,
-            "y": (index // COLUMNS) * PANEL_HEIGHT}
+    grid = {
+        "h": PANEL_HEIGHT,
+        "w": PANEL_WIDTH,
+        "x": (index % COLUMNS) * PANEL_WIDTH,
+        "y": (index // COLUMNS) * PANEL_HEIGHT,
+    }
     return {
-        "id": index + 1, "type": panel.kind, "title": panel.title, "description": panel.description,
-        "gridPos": grid, "datasource": {"type": "prometheus", "uid": "${datasource}"},
+        "id": index + 1,
+        "type": panel.kind,
+        "title": panel.title,
+        "description": panel.description,
+        "gridPos": grid,
+        "datasource": {"type": "prometheus", "uid": "${datasource}"},
         "fieldConfig": {"defaults": {"unit": panel.unit}, "overrides": []},
-        "targets": [{"refId": chr(ord("A") + i), "expr": q.expr, "legendFormat": q.legend, "range": True}
-                    for i, q in enumerate(panel.queries)],
+        "targets": [
+            {"refId": chr(ord("A") + i), "expr": q.expr, "legendFormat": q.legend, "range": True}
+            for i, q in enumerate(panel.queries)
+        ],
     }
 
 
@@ -232,14 +380,22 @@ def dashboard_json(dashboard: Dashboard) -> dict[str, Any]:
     """Grafana dashboard JSON model of `dashboard`."""
     fleet_series = engine_series("running_gauge")
     return {
-        "uid": dashboard.uid, "title": dashboard.title, "description": dashboard.description,
-        "tags": ["pdfleet"], "editable": True, "schemaVersion": 39, "version": 1, "refresh": "30s",
+        "uid": dashboard.uid,
+        "title": dashboard.title,
+        "description": dashboard.description,
+        "tags": ["pdfleet"],
+        "editable": True,
+        "schemaVersion": 39,
+        "version": 1,
+        "refresh": "30s",
         "time": {"from": "now-1h", "to": "now"},
-        "templating": {"list": [
-            {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus"},
-            _variable("namespace", "Namespace", f"label_values({fleet_series}, namespace)"),
-            _variable("pdd", "PDDeployment", f'label_values({fleet_series[:-1]}, namespace="$namespace"}}, pdd)'),
-        ]},
+        "templating": {
+            "list": [
+                {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus"},
+                _variable("namespace", "Namespace", f"label_values({fleet_series}, namespace)"),
+                _variable("pdd", "PDDeployment", f'label_values({fleet_series[:-1]}, namespace="$namespace"}}, pdd)'),
+            ]
+        },
         "panels": [_panel_json(panel, i) for i, panel in enumerate(dashboard.panels)],
     }
 

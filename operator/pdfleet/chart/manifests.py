@@ -36,9 +36,11 @@ KIND_FILES: dict[str, tuple[str, ...]] = {
 
 def chart_files() -> dict[Path, str]:
     """Path -> content of every chart file generated from code or copied from crds/."""
-    files = {CHART / "crds" / CRD_SOURCE.name: CRD_SOURCE.read_text(),
-             CHART / "files" / "alert-rules.yaml": alerts.rules_file(),
-             CHART / "files" / "rbac-rules.yaml": rbac.rules_file()}
+    files = {
+        CHART / "crds" / CRD_SOURCE.name: CRD_SOURCE.read_text(),
+        CHART / "files" / "alert-rules.yaml": alerts.rules_file(),
+        CHART / "files" / "rbac-rules.yaml": rbac.rules_file(),
+    }
     files.update({CHART / "dashboards" / name: text for name, text in dashboards.dashboard_files().items()})
     return files
 
@@ -72,8 +74,10 @@ def manifest_files(helm: str) -> dict[Path, str]:
     rendered = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE)
     objects = [o for o in yaml.safe_load_all(rendered) if o]
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-    files = {MANIFESTS / "00-namespace.yaml": HEADER + yaml.safe_dump(namespace, sort_keys=False),
-             MANIFESTS / "01-crd.yaml": CRD_SOURCE.read_text()}
+    files = {
+        MANIFESTS / "00-namespace.yaml": HEADER + yaml.safe_dump(namespace, sort_keys=False),
+        MANIFESTS / "01-crd.yaml": CRD_SOURCE.read_text(),
+    }
     for name, kinds in KIND_FILES.items():
         group = [o for o in objects if o["kind"] in kinds]
         files[MANIFESTS / name] = HEADER + yaml.safe_dump_all(group, sort_keys=False, width=120)

@@ -49,8 +49,13 @@ def operator_handler_modules() -> list[str]:
     from pdfleet.operator import main as cli
 
     tree = ast.parse(inspect.getsource(cli))
-    return sorted(alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
-                  for alias in node.names if alias.name.startswith("pdfleet."))
+    return sorted(
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+        if alias.name.startswith("pdfleet.")
+    )
 
 
 def kopf_rules() -> set[Rule]:
@@ -64,8 +69,9 @@ def kopf_rules() -> set[Rule]:
     # Kopf has no public way to enumerate registrations; these registries are what its own orchestrator reads
     following = [*registry._indexing.get_all_handlers(), *registry._watching.get_all_handlers()]
     persisting = [*registry._changing.get_all_handlers(), *registry._spawning.get_all_handlers()]
-    for handler, verbs in [(h, ("list", "watch")) for h in following] + \
-                          [(h, ("list", "watch", "patch")) for h in persisting]:
+    for handler, verbs in [(h, ("list", "watch")) for h in following] + [
+        (h, ("list", "watch", "patch")) for h in persisting
+    ]:
         selector = handler.selector
         # the operator names group-less selectors only for core kinds (nodes, pods); Kopf resolves them by discovery
         group = selector.group or CORE_GROUP
@@ -79,8 +85,13 @@ def http_calls(method: ast.FunctionDef) -> list[tuple[str, str]]:
     target: `children` (a CHILD_KINDS path), `custom` (a custom-object path, plus `/<subresource>` when the path
     appends the method's `subresource` argument), `custom/status`-style literals, or `discovery` (`/apis`).
     """
-    assigned = {target.id: node.value for node in ast.walk(method) if isinstance(node, ast.Assign)
-                for target in node.targets if isinstance(target, ast.Name)}
+    assigned = {
+        target.id: node.value
+        for node in ast.walk(method)
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
     found = []
     for node in ast.walk(method):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "_call"):
@@ -155,8 +166,10 @@ def as_cluster_role_rules(rules: Iterable[Rule]) -> list[dict]:
     verbs: dict[tuple[str, str], set[str]] = defaultdict(set)
     for group, resource, verb in rules:
         verbs[(group, resource)].add(verb)
-    return [{"apiGroups": [group], "resources": [resource], "verbs": sorted(v)}
-            for (group, resource), v in sorted(verbs.items())]
+    return [
+        {"apiGroups": [group], "resources": [resource], "verbs": sorted(v)}
+        for (group, resource), v in sorted(verbs.items())
+    ]
 
 
 def operator_rules() -> list[dict]:
@@ -166,8 +179,11 @@ def operator_rules() -> list[dict]:
 
 def peering_rules() -> list[dict]:
     """Extra rules when Kopf peering is on (cluster-wide ClusterKopfPeering, namespaced KopfPeering)."""
-    return as_cluster_role_rules((PEERING_GROUP, resource, verb) for resource in ("clusterkopfpeerings", "kopfpeerings")
-                                 for verb in PEERING_VERBS)
+    return as_cluster_role_rules(
+        (PEERING_GROUP, resource, verb)
+        for resource in ("clusterkopfpeerings", "kopfpeerings")
+        for verb in PEERING_VERBS
+    )
 
 
 def rules_file() -> str:

@@ -79,10 +79,19 @@ class KubeClient:
         self.api = api
         self.kinds = dict(CHILD_KINDS)
 
-    def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
-              content_type: str = "application/json") -> Any:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: list | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
         method, url, headers, body, _ = self.api.param_serialize(
-            method=method, resource_path=path, query_params=query or [], body=body,
+            method=method,
+            resource_path=path,
+            query_params=query or [],
+            body=body,
             header_params={"Content-Type": content_type, "Accept": "application/json"},
             auth_settings=["BearerToken"],
         )
@@ -126,15 +135,26 @@ class KubeClient:
                     raise
                 retries -= 1
 
-    def patch_custom(self, group: str, version: str, plural: str, namespace: str, name: str,
-                     patch: dict[str, Any], subresource: str = "") -> dict:
+    def patch_custom(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        namespace: str,
+        name: str,
+        patch: dict[str, Any],
+        subresource: str = "",
+    ) -> dict:
         """Merge-patch a custom object (or its `status` subresource)."""
         API_WRITES.labels(plural + (f"/{subresource}" if subresource else ""), "patch").inc()
-        path = f"/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}" + (f"/{subresource}" if subresource else "")
+        path = f"/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}" + (
+            f"/{subresource}" if subresource else ""
+        )
         return self._call("PATCH", path, body=patch, content_type="application/merge-patch+json")
 
-    def patch_status(self, group: str, version: str, plural: str, namespace: str, name: str,
-                     status: dict[str, Any]) -> dict:
+    def patch_status(
+        self, group: str, version: str, plural: str, namespace: str, name: str, status: dict[str, Any]
+    ) -> dict:
         """Merge-patch the status subresource of a custom object."""
         return self.patch_custom(group, version, plural, namespace, name, {"status": status}, subresource="status")
 
@@ -143,8 +163,7 @@ class KubeClient:
         rt = self.kinds[kind]
         API_WRITES.labels(kind, "delete").inc()
         try:
-            self._call("DELETE", f"{rt.collection_path(namespace)}/{name}",
-                       body={"propagationPolicy": "Background"})
+            self._call("DELETE", f"{rt.collection_path(namespace)}/{name}", body={"propagationPolicy": "Background"})
         except ApiException as exc:
             if exc.status != 404:
                 raise

@@ -93,8 +93,10 @@ def node_summary(body: Mapping[str, Any]) -> dict[str, Any]:
     """The parts of a Node that placement reads (topology label keys vary per PDDeployment, so keep all labels)."""
     return {
         "metadata": {"name": body["metadata"]["name"], "labels": dict(body["metadata"].get("labels") or {})},
-        "spec": {"unschedulable": bool((body.get("spec") or {}).get("unschedulable")),
-                 "taints": list((body.get("spec") or {}).get("taints") or [])},
+        "spec": {
+            "unschedulable": bool((body.get("spec") or {}).get("unschedulable")),
+            "taints": list((body.get("spec") or {}).get("taints") or []),
+        },
         "status": {
             "allocatable": dict((body.get("status") or {}).get("allocatable") or {}),
             "conditions": [

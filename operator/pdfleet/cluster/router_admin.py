@@ -48,8 +48,9 @@ def push_fleet_view(routers: Mapping[str, str], view: Mapping[str, Any]) -> tupl
     body = json.dumps(view).encode()
     taken, failures = [], []
     for name, url in routers.items():
-        request = urllib.request.Request(url + "/admin/fleet", data=body, method="PUT",
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            url + "/admin/fleet", data=body, method="PUT", headers={"Content-Type": "application/json"}
+        )
         try:
             with _OPENER.open(request, timeout=ROUTER_TIMEOUT_SECONDS):
                 taken.append(name)

@@ -23,8 +23,9 @@ def main(argv: list[str]) -> int:
     settings = parse_serve_args(argv[1:])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if settings.ignored_args:
-        logging.getLogger("pdfleet.engine").warning("ignoring vLLM arguments the emulator does not model: %s",
-                                                    " ".join(settings.ignored_args))
+        logging.getLogger("pdfleet.engine").warning(
+            "ignoring vLLM arguments the emulator does not model: %s", " ".join(settings.ignored_args)
+        )
     from pdfleet.engine.server import engine_limits, serve
 
     try:

@@ -11,9 +11,9 @@ import os
 import uuid
 from dataclasses import dataclass, field
 
+from pdfleet.engine.faults import Faults
 from pdfleet.perfmodel import presets
 from pdfleet.perfmodel.vllm_args import add_vllm_serve_arguments
-from pdfleet.engine.faults import Faults
 
 ROLE_BY_KV_ROLE = {"kv_producer": "prefill", "kv_consumer": "decode", "kv_both": "both"}
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
@@ -58,26 +58,49 @@ class EngineSettings:
 
 
 def _parser(exit_on_error: bool = True) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pdfleet engine serve", allow_abbrev=False, exit_on_error=exit_on_error,
-                                description="vLLM-compatible engine emulator (accepts `vllm serve` arguments)")
+    p = argparse.ArgumentParser(
+        prog="pdfleet engine serve",
+        allow_abbrev=False,
+        exit_on_error=exit_on_error,
+        description="vLLM-compatible engine emulator (accepts `vllm serve` arguments)",
+    )
     add_vllm_serve_arguments(p.add_argument_group("vLLM arguments"))
     emu = p.add_argument_group("emulator arguments")
-    emu.add_argument("--emulator-model", default=os.environ.get("PDFLEET_EMULATOR_MODEL"),
-                     help=f"model preset ({', '.join(presets.MODELS)}); default: guessed from the model id")
-    emu.add_argument("--emulator-gpu", default=os.environ.get("PDFLEET_EMULATOR_GPU", presets.DEFAULT_GPU),
-                     help=f"GPU preset ({', '.join(presets.GPUS)})")
-    emu.add_argument("--emulator-intra-rack-link", default=presets.DEFAULT_INTRA_RACK,
-                     help=f"interconnect preset within a rack ({', '.join(presets.INTERCONNECTS)})")
+    emu.add_argument(
+        "--emulator-model",
+        default=os.environ.get("PDFLEET_EMULATOR_MODEL"),
+        help=f"model preset ({', '.join(presets.MODELS)}); default: guessed from the model id",
+    )
+    emu.add_argument(
+        "--emulator-gpu",
+        default=os.environ.get("PDFLEET_EMULATOR_GPU", presets.DEFAULT_GPU),
+        help=f"GPU preset ({', '.join(presets.GPUS)})",
+    )
+    emu.add_argument(
+        "--emulator-intra-rack-link",
+        default=presets.DEFAULT_INTRA_RACK,
+        help=f"interconnect preset within a rack ({', '.join(presets.INTERCONNECTS)})",
+    )
     emu.add_argument("--emulator-cross-rack-link", default=presets.DEFAULT_CROSS_RACK)
     speed = emu.add_mutually_exclusive_group()
     speed.add_argument("--emulator-speedup", type=float, default=1.0, help="divide every modelled time by FACTOR")
     speed.add_argument("--emulator-zero-delay", action="store_true", help="answer at once (router benchmarks)")
-    emu.add_argument("--emulator-output-len", type=int, default=256,
-                     help="tokens after which the emulated model emits EOS (unless ignore_eos)")
-    emu.add_argument("--emulator-kv-ttl", type=float, default=480.0,
-                     help="seconds a prefill keeps KV blocks for a pull (VLLM_NIXL_ABORT_REQUEST_TIMEOUT)")
-    emu.add_argument("--emulator-advertise-host",
-                     help="host put in remote_host (default: PDFLEET_ADVERTISE_HOST, POD_IP, --host, 127.0.0.1)")
+    emu.add_argument(
+        "--emulator-output-len",
+        type=int,
+        default=256,
+        help="tokens after which the emulated model emits EOS (unless ignore_eos)",
+    )
+    emu.add_argument(
+        "--emulator-kv-ttl",
+        type=float,
+        default=480.0,
+        help="seconds a prefill keeps KV blocks for a pull (VLLM_NIXL_ABORT_REQUEST_TIMEOUT)",
+    )
+    emu.add_argument(
+        "--emulator-advertise-host",
+        help="host put in remote_host (default: PDFLEET_ADVERTISE_HOST, POD_IP, --host, 127.0.0.1)",
+    )
     emu.add_argument("--rack", default=os.environ.get("PDFLEET_RACK", ""))
     faults = p.add_argument_group("fault injection")
     faults.add_argument("--fault-fail-kv-source", type=int, default=0, metavar="N")
@@ -111,8 +134,9 @@ def parse_serve_args(argv: list[str]) -> EngineSettings:
     if kv_role not in (None, *ROLE_BY_KV_ROLE):
         parser.error(f"unknown kv_role {kv_role!r}")
     try:
-        model_preset = (presets.model_preset(args.emulator_model) if args.emulator_model
-                        else presets.guess_model_preset(model))
+        model_preset = (
+            presets.model_preset(args.emulator_model) if args.emulator_model else presets.guess_model_preset(model)
+        )
         gpu_preset = presets.gpu_preset(args.emulator_gpu)
         for link in (args.emulator_intra_rack_link, args.emulator_cross_rack_link):
             presets.interconnect_preset(link)
@@ -122,9 +146,16 @@ def parse_serve_args(argv: list[str]) -> EngineSettings:
         parser.error("--emulator-speedup must be positive")
     faults = Faults()
     try:
-        faults.update({"fail_kv_source": args.fault_fail_kv_source, "fail_kv_pull": args.fault_fail_kv_pull,
-                       "hang": args.fault_hang, "crash_after_tokens": args.fault_crash_after_tokens,
-                       "slowdown": args.fault_slowdown, "unhealthy": args.fault_unhealthy})
+        faults.update(
+            {
+                "fail_kv_source": args.fault_fail_kv_source,
+                "fail_kv_pull": args.fault_fail_kv_pull,
+                "hang": args.fault_hang,
+                "crash_after_tokens": args.fault_crash_after_tokens,
+                "slowdown": args.fault_slowdown,
+                "unhealthy": args.fault_unhealthy,
+            }
+        )
     except ValueError as exc:
         parser.error(str(exc))
     settings = EngineSettings(

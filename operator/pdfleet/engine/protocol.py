@@ -25,8 +25,12 @@ def sse_event(obj: Any) -> bytes:
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
     """vLLM UsageInfo."""
-    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-            "completion_tokens": completion_tokens, "prompt_tokens_details": None}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+        "prompt_tokens_details": None,
+    }
 
 
 def error_body(message: str, error_type: str, code: int) -> dict:
@@ -44,17 +48,33 @@ def _head(kind: str, request_id: str, created: int, model: str, stream: bool) ->
     return {"id": request_id, "object": _object_name(kind, stream), "created": created, "model": model}
 
 
-def stream_chunk(kind: str, request_id: str, created: int, model: str, text: str,
-                 finish_reason: str | None = None, stop_reason: str | int | None = None) -> dict:
+def stream_chunk(
+    kind: str,
+    request_id: str,
+    created: int,
+    model: str,
+    text: str,
+    finish_reason: str | None = None,
+    stop_reason: str | int | None = None,
+) -> dict:
     """A content chunk; the last one carries finish_reason (chat chunks carry stop_reason only then, as vLLM does)."""
     if kind == "chat":
-        choice: dict[str, Any] = {"index": 0, "delta": {"content": text}, "logprobs": None,
-                                  "finish_reason": finish_reason}
+        choice: dict[str, Any] = {
+            "index": 0,
+            "delta": {"content": text},
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
         if finish_reason is not None:
             choice["stop_reason"] = stop_reason
     else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason,
-                  "stop_reason": stop_reason}
+        choice = {
+            "index": 0,
+            "text": text,
+            "logprobs": None,
+            "finish_reason": finish_reason,
+            "stop_reason": stop_reason,
+        }
     return {**_head(kind, request_id, created, model, True), "choices": [choice]}
 
 
@@ -64,41 +84,98 @@ def chat_role_chunk(request_id: str, created: int, model: str) -> dict:
     return {**_head("chat", request_id, created, model, True), "choices": [choice]}
 
 
-def usage_chunk(kind: str, request_id: str, created: int, model: str, prompt_tokens: int,
-                completion_tokens: int) -> dict:
+def usage_chunk(
+    kind: str, request_id: str, created: int, model: str, prompt_tokens: int, completion_tokens: int
+) -> dict:
     """Final stream chunk sent when stream_options.include_usage is true: no choices, only usage."""
-    return {**_head(kind, request_id, created, model, True), "choices": [],
-            "usage": {k: v for k, v in usage(prompt_tokens, completion_tokens).items() if v is not None}}
+    return {
+        **_head(kind, request_id, created, model, True),
+        "choices": [],
+        "usage": {k: v for k, v in usage(prompt_tokens, completion_tokens).items() if v is not None},
+    }
 
 
-def stream_body(kind: str, request_id: str, created: int, model: str, pieces: list[str], finish_reason: str,
-                stop_reason: str | int | None, include_usage: bool, prompt_tokens: int) -> bytes:
+def stream_body(
+    kind: str,
+    request_id: str,
+    created: int,
+    model: str,
+    pieces: list[str],
+    finish_reason: str,
+    stop_reason: str | int | None,
+    include_usage: bool,
+    prompt_tokens: int,
+) -> bytes:
     """A whole SSE stream at once (zero-delay mode): role chunk (chat), one chunk per piece, usage, [DONE]."""
     parts = [sse_event(chat_role_chunk(request_id, created, model))] if kind == "chat" else []
     last = len(pieces) - 1
-    parts += [sse_event(stream_chunk(kind, request_id, created, model, piece,
-                                     finish_reason if i == last else None, stop_reason if i == last else None))
-              for i, piece in enumerate(pieces)]
+    parts += [
+        sse_event(
+            stream_chunk(
+                kind,
+                request_id,
+                created,
+                model,
+                piece,
+                finish_reason if i == last else None,
+                stop_reason if i == last else None,
+            )
+        )
+        for i, piece in enumerate(pieces)
+    ]
     if include_usage:
         parts.append(sse_event(usage_chunk(kind, request_id, created, model, prompt_tokens, len(pieces))))
     parts.append(SSE_DONE)
     return b"".join(parts)
 
 
-def full_response(kind: str, request_id: str, created: int, model: str, text: str, finish_reason: str,
-                  stop_reason: str | int | None, prompt_tokens: int, completion_tokens: int,
-                  kv_transfer_params: dict | None = None) -> dict:
+def full_response(
+    kind: str,
+    request_id: str,
+    created: int,
+    model: str,
+    text: str,
+    finish_reason: str,
+    stop_reason: str | int | None,
+    prompt_tokens: int,
+    completion_tokens: int,
+    kv_transfer_params: dict | None = None,
+) -> dict:
     """Non-stream response body; `kv_transfer_params` is the top-level field a PD prefill answer carries."""
     if kind == "chat":
-        message = {"role": "assistant", "content": text, "refusal": None, "annotations": None, "audio": None,
-                   "function_call": None, "tool_calls": [], "reasoning_content": None}
-        choice: dict[str, Any] = {"index": 0, "message": message, "logprobs": None,
-                                  "finish_reason": finish_reason, "stop_reason": stop_reason}
+        message = {
+            "role": "assistant",
+            "content": text,
+            "refusal": None,
+            "annotations": None,
+            "audio": None,
+            "function_call": None,
+            "tool_calls": [],
+            "reasoning_content": None,
+        }
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": message,
+            "logprobs": None,
+            "finish_reason": finish_reason,
+            "stop_reason": stop_reason,
+        }
     else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason,
-                  "stop_reason": stop_reason, "prompt_logprobs": None}
-    body = {**_head(kind, request_id, created, model, False), "choices": [choice], "service_tier": None,
-            "system_fingerprint": None, "usage": usage(prompt_tokens, completion_tokens)}
+        choice = {
+            "index": 0,
+            "text": text,
+            "logprobs": None,
+            "finish_reason": finish_reason,
+            "stop_reason": stop_reason,
+            "prompt_logprobs": None,
+        }
+    body = {
+        **_head(kind, request_id, created, model, False),
+        "choices": [choice],
+        "service_tier": None,
+        "system_fingerprint": None,
+        "usage": usage(prompt_tokens, completion_tokens),
+    }
     if kind == "chat":
         body["prompt_logprobs"] = None
     body["kv_transfer_params"] = kv_transfer_params
@@ -107,6 +184,19 @@ def full_response(kind: str, request_id: str, created: int, model: str, text: st
 
 def models_body(served_model_names: list[str], root: str, max_model_len: int, created: int) -> dict:
     """GET /v1/models body."""
-    return {"object": "list", "data": [
-        {"id": name, "object": "model", "created": created, "owned_by": "vllm", "root": root, "parent": None,
-         "max_model_len": max_model_len, "permission": []} for name in served_model_names]}
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": name,
+                "object": "model",
+                "created": created,
+                "owned_by": "vllm",
+                "root": root,
+                "parent": None,
+                "max_model_len": max_model_len,
+                "permission": [],
+            }
+            for name in served_model_names
+        ],
+    }

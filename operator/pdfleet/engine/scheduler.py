@@ -67,8 +67,18 @@ class Sequence:
 class Scheduler:
     """The step loop; `run()` is the task, `submit()`/`abort()` are called from request handlers."""
 
-    def __init__(self, hw: Hardware, pool: KvBlockPool, metrics: EngineMetrics, faults: Faults, *,
-                 max_num_seqs: int, max_num_batched_tokens: int, speedup: float, kv_hold_ttl_s: float) -> None:
+    def __init__(
+        self,
+        hw: Hardware,
+        pool: KvBlockPool,
+        metrics: EngineMetrics,
+        faults: Faults,
+        *,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        speedup: float,
+        kv_hold_ttl_s: float,
+    ) -> None:
         self.hw = hw
         self.pool = pool
         self.metrics = metrics
@@ -225,8 +235,9 @@ class Scheduler:
         self.pool.free(seq.blocks)
         seq.blocks = 0
         if seq.hold_kv and not seq.aborted:
-            seq.held_block_ids = self.pool.hold(seq.request_id, seq.prompt_tokens, now,
-                                                self.kv_hold_ttl_s / self.speedup)
+            seq.held_block_ids = self.pool.hold(
+                seq.request_id, seq.prompt_tokens, now, self.kv_hold_ttl_s / self.speedup
+            )
         decode_s = now - seq.first_token_at if seq.first_token_at is not None else 0.0
         self.metrics.finished(reason, now - seq.arrival, decode_s, seq.generated)
         seq.ready.set()

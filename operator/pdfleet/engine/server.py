@@ -21,11 +21,11 @@ from aiohttp import web
 
 from pdfleet import __version__
 from pdfleet.engine import protocol, tokens
-from pdfleet.perfmodel import presets
 from pdfleet.engine.config import EngineSettings
 from pdfleet.engine.kvcache import KvBlockPool
 from pdfleet.engine.metrics import CONTENT_TYPE, EngineMetrics
 from pdfleet.engine.scheduler import Scheduler, Sequence
+from pdfleet.perfmodel import presets
 from pdfleet.perfmodel.timing import Hardware, kv_bytes_per_token, kv_capacity_tokens, kv_transfer_time, transfer_link
 
 log = logging.getLogger("pdfleet.engine")
@@ -70,8 +70,11 @@ class GenerationRequest:
 
 def error_response(status: int, message: str, error_type: str) -> web.Response:
     """A JSON error body as vLLM returns it."""
-    return web.Response(body=protocol.to_json(protocol.error_body(message, error_type, status)), status=status,
-                        content_type="application/json")
+    return web.Response(
+        body=protocol.to_json(protocol.error_body(message, error_type, status)),
+        status=status,
+        content_type="application/json",
+    )
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:
@@ -81,12 +84,18 @@ def json_response(body: Any, status: int = 200) -> web.Response:
 
 def engine_limits(settings: EngineSettings) -> tuple[Hardware, int, int]:
     """Hardware, KV capacity in blocks and effective max_model_len; raises ValueError when the model does not fit."""
-    hw = Hardware(presets.model_preset(settings.model_preset), presets.gpu_preset(settings.gpu_preset),
-                  settings.tensor_parallel_size, settings.kv_cache_dtype)
+    hw = Hardware(
+        presets.model_preset(settings.model_preset),
+        presets.gpu_preset(settings.gpu_preset),
+        settings.tensor_parallel_size,
+        settings.kv_cache_dtype,
+    )
     capacity = kv_capacity_tokens(hw, settings.gpu_memory_utilization)
     if capacity < settings.block_size:
-        raise ValueError(f"no memory left for the KV cache: {hw.model.name} on {settings.tensor_parallel_size} x "
-                         f"{hw.gpu.name} at gpu_memory_utilization {settings.gpu_memory_utilization}")
+        raise ValueError(
+            f"no memory left for the KV cache: {hw.model.name} on {settings.tensor_parallel_size} x "
+            f"{hw.gpu.name} at gpu_memory_utilization {settings.gpu_memory_utilization}"
+        )
     max_model_len = min(settings.max_model_len or hw.model.max_model_len, capacity)
     return hw, capacity // settings.block_size, max_model_len
 
@@ -110,28 +119,36 @@ class EngineServer:
         self._task: asyncio.Task | None = None
         self._unhang = asyncio.Event()
         self.app = web.Application(client_max_size=64 * 1024**2)
-        self.app.add_routes([
-            web.post("/v1/completions", self.completions),
-            web.post("/v1/chat/completions", self.chat_completions),
-            web.get("/v1/models", self.models),
-            web.get("/health", self.health),
-            web.get("/metrics", self.prometheus),
-            web.get("/version", self.version),
-            web.post("/internal/kv/pull", self.kv_pull),
-            web.get("/internal/faults", self.get_faults),
-            web.post("/internal/faults", self.set_faults),
-            web.get("/internal/state", self.state),
-        ])
+        self.app.add_routes(
+            [
+                web.post("/v1/completions", self.completions),
+                web.post("/v1/chat/completions", self.chat_completions),
+                web.get("/v1/models", self.models),
+                web.get("/health", self.health),
+                web.get("/metrics", self.prometheus),
+                web.get("/version", self.version),
+                web.post("/internal/kv/pull", self.kv_pull),
+                web.get("/internal/faults", self.get_faults),
+                web.post("/internal/faults", self.set_faults),
+                web.get("/internal/state", self.state),
+            ]
+        )
         self.app.on_startup.append(self._start)
         self.app.on_cleanup.append(self._stop)
 
     async def _start(self, _app: web.Application) -> None:
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         if not self.settings.zero_delay:
-            self.scheduler = Scheduler(self.hw, self.pool, self.metrics, self.faults,
-                                       max_num_seqs=self.settings.max_num_seqs,
-                                       max_num_batched_tokens=self.settings.max_num_batched_tokens,
-                                       speedup=self.settings.speedup, kv_hold_ttl_s=self.settings.kv_hold_ttl_s)
+            self.scheduler = Scheduler(
+                self.hw,
+                self.pool,
+                self.metrics,
+                self.faults,
+                max_num_seqs=self.settings.max_num_seqs,
+                max_num_batched_tokens=self.settings.max_num_batched_tokens,
+                speedup=self.settings.speedup,
+                kv_hold_ttl_s=self.settings.kv_hold_ttl_s,
+            )
             self._task = asyncio.create_task(self.scheduler.run())
         self._publish_state()
 
@@ -163,8 +180,11 @@ class EngineServer:
 
     async def models(self, _request: web.Request) -> web.Response:
         """The served model names."""
-        return json_response(protocol.models_body(self.settings.served_model_names, self.settings.model,
-                                                  self.max_model_len, self.created))
+        return json_response(
+            protocol.models_body(
+                self.settings.served_model_names, self.settings.model, self.max_model_len, self.created
+            )
+        )
 
     async def prometheus(self, _request: web.Request) -> web.Response:
         """Prometheus exposition of the vLLM and KV transfer series."""
@@ -175,14 +195,22 @@ class EngineServer:
     async def state(self, _request: web.Request) -> web.Response:
         """Role, rack and scheduler state, for tests and debugging."""
         sched = self.scheduler
-        return json_response({
-            "role": self.settings.role, "rack": self.settings.rack, "engine_id": self.settings.engine_id,
-            "model_preset": self.hw.model.name, "gpu_preset": self.hw.gpu.name, "zero_delay": self.settings.zero_delay,
-            "running": len(sched.running) if sched else self.inflight,
-            "waiting": len(sched.waiting) + sched.pulling if sched else 0,
-            "kv_capacity_blocks": self.pool.capacity_blocks, "kv_used_blocks": self.pool.used_blocks,
-            "kv_held_requests": self.pool.held_requests, "max_model_len": self.max_model_len,
-        })
+        return json_response(
+            {
+                "role": self.settings.role,
+                "rack": self.settings.rack,
+                "engine_id": self.settings.engine_id,
+                "model_preset": self.hw.model.name,
+                "gpu_preset": self.hw.gpu.name,
+                "zero_delay": self.settings.zero_delay,
+                "running": len(sched.running) if sched else self.inflight,
+                "waiting": len(sched.waiting) + sched.pulling if sched else 0,
+                "kv_capacity_blocks": self.pool.capacity_blocks,
+                "kv_used_blocks": self.pool.used_blocks,
+                "kv_held_requests": self.pool.held_requests,
+                "max_model_len": self.max_model_len,
+            }
+        )
 
     async def get_faults(self, _request: web.Request) -> web.Response:
         """Current fault switches."""
@@ -216,21 +244,30 @@ class EngineServer:
             return error_response(500, "injected KV source failure", "InternalServerError")
         engine_id = body.get("remote_engine_id")
         if engine_id and engine_id != self.settings.engine_id:
-            return error_response(404, f"engine {engine_id} is not this engine ({self.settings.engine_id})",
-                                  "NotFoundError")
+            return error_response(
+                404, f"engine {engine_id} is not this engine ({self.settings.engine_id})", "NotFoundError"
+            )
         self.pool.expire(self._now())
         held = self.pool.take(request_id, block_ids)
         if held is None:
-            return error_response(404, f"no KV blocks held for request {request_id} with the given block ids",
-                                  "NotFoundError")
+            return error_response(
+                404, f"no KV blocks held for request {request_id} with the given block ids", "NotFoundError"
+            )
         if self.scheduler:
             self.scheduler.wake()
-        return json_response({
-            "request_id": held.request_id, "engine_id": self.settings.engine_id, "block_ids": held.block_ids,
-            "block_size": self.settings.block_size, "num_tokens": held.num_tokens,
-            "num_bytes": held.num_tokens * self.kv_bytes_per_token, "kv_cache_dtype": self.settings.kv_cache_dtype,
-            "tp_size": self.settings.tensor_parallel_size, "rack": self.settings.rack,
-        })
+        return json_response(
+            {
+                "request_id": held.request_id,
+                "engine_id": self.settings.engine_id,
+                "block_ids": held.block_ids,
+                "block_size": self.settings.block_size,
+                "num_tokens": held.num_tokens,
+                "num_bytes": held.num_tokens * self.kv_bytes_per_token,
+                "kv_cache_dtype": self.settings.kv_cache_dtype,
+                "tp_size": self.settings.tensor_parallel_size,
+                "rack": self.settings.rack,
+            }
+        )
 
     async def _pull_kv(self, params: dict, request_id: str) -> int:
         """Decode side: pull the KV a prefill holds for this request; returns the number of prompt tokens received."""
@@ -243,15 +280,23 @@ class EngineServer:
         if not host or not port:
             raise KvPullError("unknown_blocks", "kv_transfer_params lack remote_host/remote_port")
         url = f"http://{f'[{host}]' if ':' in str(host) else host}:{port}/internal/kv/pull"
-        body = {"remote_request_id": params.get("remote_request_id"), "remote_engine_id": params.get("remote_engine_id"),
-                "remote_block_ids": block_ids, "request_id": request_id, "puller_engine_id": self.settings.engine_id,
-                "puller_rack": self.settings.rack}
+        body = {
+            "remote_request_id": params.get("remote_request_id"),
+            "remote_engine_id": params.get("remote_engine_id"),
+            "remote_block_ids": block_ids,
+            "request_id": request_id,
+            "puller_engine_id": self.settings.engine_id,
+            "puller_rack": self.settings.rack,
+        }
         start = self._now()
         assert self._session is not None
         try:
-            async with self._session.post(url, data=protocol.to_json(body),
-                                          headers={"Content-Type": "application/json"},
-                                          timeout=aiohttp.ClientTimeout(total=KV_PULL_TIMEOUT_S)) as resp:
+            async with self._session.post(
+                url,
+                data=protocol.to_json(body),
+                headers={"Content-Type": "application/json"},
+                timeout=aiohttp.ClientTimeout(total=KV_PULL_TIMEOUT_S),
+            ) as resp:
                 status, answer = resp.status, await resp.json(content_type=None)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
             raise KvPullError("unreachable", f"prefill {host}:{port} unreachable: {exc!r}") from exc
@@ -270,10 +315,17 @@ class EngineServer:
 
     def _kv_params_out(self, request_id: str, block_ids: list[int]) -> dict:
         """kv_transfer_params a prefill returns for the decode side (NIXL producer fields, plus our remote_rack)."""
-        return {"do_remote_prefill": True, "do_remote_decode": False, "remote_block_ids": block_ids,
-                "remote_engine_id": self.settings.engine_id, "remote_request_id": request_id,
-                "remote_host": self.settings.advertise_host, "remote_port": self.settings.port,
-                "tp_size": self.settings.tensor_parallel_size, "remote_rack": self.settings.rack}
+        return {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            "remote_block_ids": block_ids,
+            "remote_engine_id": self.settings.engine_id,
+            "remote_request_id": request_id,
+            "remote_host": self.settings.advertise_host,
+            "remote_port": self.settings.port,
+            "tp_size": self.settings.tensor_parallel_size,
+            "remote_rack": self.settings.rack,
+        }
 
     # --- generation ------------------------------------------------------------------------------------------------
 
@@ -294,39 +346,60 @@ class EngineServer:
         if body.get("n", 1) != 1:
             raise RequestError(400, "the emulator serves n=1 only", "BadRequestError")
         try:
-            prompt = (tokens.chat_prompt_tokens(body.get("messages")) if kind == "chat"
-                      else tokens.prompt_tokens(body.get("prompt")))
+            prompt = (
+                tokens.chat_prompt_tokens(body.get("messages"))
+                if kind == "chat"
+                else tokens.prompt_tokens(body.get("prompt"))
+            )
         except ValueError as exc:
             raise RequestError(400, str(exc), "BadRequestError") from exc
         if prompt < 1:
             raise RequestError(400, "the prompt is empty", "BadRequestError")
         if prompt > self.max_model_len:
-            raise RequestError(400, f"This model's maximum context length is {self.max_model_len} tokens. However, "
-                                    f"your request has {prompt} input tokens.", "BadRequestError")
+            raise RequestError(
+                400,
+                f"This model's maximum context length is {self.max_model_len} tokens. However, "
+                f"your request has {prompt} input tokens.",
+                "BadRequestError",
+            )
         default_max = 16 if kind == "completion" else self.max_model_len - prompt
         max_tokens = body.get("max_completion_tokens") if kind == "chat" else None
         max_tokens = max_tokens if max_tokens is not None else body.get("max_tokens")
         max_tokens = default_max if max_tokens is None else max_tokens
         min_tokens = body.get("min_tokens") or 0
         if not isinstance(max_tokens, int) or max_tokens < 1 or not isinstance(min_tokens, int) or min_tokens < 0:
-            raise RequestError(400, "max_tokens must be an integer >= 1 and min_tokens an integer >= 0",
-                               "BadRequestError")
+            raise RequestError(
+                400, "max_tokens must be an integer >= 1 and min_tokens an integer >= 0", "BadRequestError"
+            )
         if prompt + max_tokens > self.max_model_len:
-            raise RequestError(400, f"This model's maximum context length is {self.max_model_len} tokens. However, "
-                                    f"you requested {prompt + max_tokens} tokens ({prompt} in the input, "
-                                    f"{max_tokens} in the completion). Please reduce the length of the input or "
-                                    f"completion.", "BadRequestError")
-        output, finish_reason = tokens.plan_output(max_tokens, min(min_tokens, max_tokens),
-                                                   bool(body.get("ignore_eos")), self.settings.natural_output_tokens)
+            raise RequestError(
+                400,
+                f"This model's maximum context length is {self.max_model_len} tokens. However, "
+                f"you requested {prompt + max_tokens} tokens ({prompt} in the input, "
+                f"{max_tokens} in the completion). Please reduce the length of the input or "
+                f"completion.",
+                "BadRequestError",
+            )
+        output, finish_reason = tokens.plan_output(
+            max_tokens, min(min_tokens, max_tokens), bool(body.get("ignore_eos")), self.settings.natural_output_tokens
+        )
         stream = bool(body.get("stream"))
         stream_options = body.get("stream_options") or {}
         kv_params = body.get("kv_transfer_params") or {}
         if not isinstance(kv_params, dict):
             raise RequestError(400, "kv_transfer_params must be an object", "BadRequestError")
         prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
-        return GenerationRequest(kind, prefix + (header_id or uuid.uuid4().hex), model, prompt, output,
-                                 finish_reason, stream, stream and bool(stream_options.get("include_usage")),
-                                 kv_params)
+        return GenerationRequest(
+            kind,
+            prefix + (header_id or uuid.uuid4().hex),
+            model,
+            prompt,
+            output,
+            finish_reason,
+            stream,
+            stream and bool(stream_options.get("include_usage")),
+            kv_params,
+        )
 
     async def _generate(self, kind: str, request: web.Request) -> web.StreamResponse:
         try:
@@ -374,11 +447,19 @@ class EngineServer:
         # vLLM recomputes the last prompt token on the decode side to sample the first new token
         return min(received, req.prompt_tokens - 1)
 
-    async def _run_scheduled(self, request: web.Request, req: GenerationRequest, arrival: float,
-                             computed: int) -> web.StreamResponse:
+    async def _run_scheduled(
+        self, request: web.Request, req: GenerationRequest, arrival: float, computed: int
+    ) -> web.StreamResponse:
         assert self.scheduler is not None
-        seq = Sequence(req.request_id, req.prompt_tokens, req.output_tokens, req.finish_reason, arrival,
-                       computed_tokens=computed, hold_kv=bool(req.kv_transfer_params.get("do_remote_decode")))
+        seq = Sequence(
+            req.request_id,
+            req.prompt_tokens,
+            req.output_tokens,
+            req.finish_reason,
+            arrival,
+            computed_tokens=computed,
+            hold_kv=bool(req.kv_transfer_params.get("do_remote_decode")),
+        )
         self.scheduler.submit(seq)
 
         async def batches() -> AsyncIterator[int]:
@@ -390,8 +471,7 @@ class EngineServer:
         finally:
             self.scheduler.abort(seq)
 
-    async def _run_immediate(self, request: web.Request, req: GenerationRequest,
-                             arrival: float) -> web.StreamResponse:
+    async def _run_immediate(self, request: web.Request, req: GenerationRequest, arrival: float) -> web.StreamResponse:
         """Zero-delay mode: no step loop; all tokens exist at once and metrics record the (tiny) real latencies."""
         held: list[int] = []
         self.pool.expire(arrival)
@@ -418,8 +498,13 @@ class EngineServer:
         limit = self.faults.crash_after_tokens
         return count if limit is None else max(0, min(count, limit - produced))
 
-    async def _respond(self, request: web.Request, req: GenerationRequest, batches: AsyncIterator[int],
-                       held_block_ids: Callable[[], list[int]]) -> web.StreamResponse:
+    async def _respond(
+        self,
+        request: web.Request,
+        req: GenerationRequest,
+        batches: AsyncIterator[int],
+        held_block_ids: Callable[[], list[int]],
+    ) -> web.StreamResponse:
         if req.stream:
             return await self._stream(request, req, batches)
         produced = 0
@@ -428,31 +513,64 @@ class EngineServer:
             self._crash_if_due(produced)
         if produced < req.output_tokens:
             return error_response(500, "request aborted", "InternalServerError")
-        kv_out = (self._kv_params_out(req.request_id, held_block_ids())
-                  if req.kv_transfer_params.get("do_remote_decode") else None)
-        return json_response(protocol.full_response(
-            req.kind, req.request_id, self.created, req.model, tokens.generated_text(0, produced), req.finish_reason,
-            None, req.prompt_tokens, produced, kv_out))
+        kv_out = (
+            self._kv_params_out(req.request_id, held_block_ids())
+            if req.kv_transfer_params.get("do_remote_decode")
+            else None
+        )
+        return json_response(
+            protocol.full_response(
+                req.kind,
+                req.request_id,
+                self.created,
+                req.model,
+                tokens.generated_text(0, produced),
+                req.finish_reason,
+                None,
+                req.prompt_tokens,
+                produced,
+                kv_out,
+            )
+        )
 
-    async def _stream(self, request: web.Request, req: GenerationRequest,
-                      batches: AsyncIterator[int]) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, req: GenerationRequest, batches: AsyncIterator[int]
+    ) -> web.StreamResponse:
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
-        head = [protocol.sse_event(protocol.chat_role_chunk(req.request_id, self.created, req.model))] \
-            if req.kind == "chat" else []
+        head = (
+            [protocol.sse_event(protocol.chat_role_chunk(req.request_id, self.created, req.model))]
+            if req.kind == "chat"
+            else []
+        )
         last = req.output_tokens - 1
         produced = 0
         async for count in batches:
             allowed = self._tokens_before_crash(produced, count)
-            chunks = head + [protocol.sse_event(protocol.stream_chunk(
-                req.kind, req.request_id, self.created, req.model, tokens.token_text(i),
-                req.finish_reason if i == last else None)) for i in range(produced, produced + allowed)]
+            chunks = head + [
+                protocol.sse_event(
+                    protocol.stream_chunk(
+                        req.kind,
+                        req.request_id,
+                        self.created,
+                        req.model,
+                        tokens.token_text(i),
+                        req.finish_reason if i == last else None,
+                    )
+                )
+                for i in range(produced, produced + allowed)
+            ]
             head = []
             produced += allowed
             if produced >= req.output_tokens:
                 if req.include_usage:
-                    chunks.append(protocol.sse_event(protocol.usage_chunk(
-                        req.kind, req.request_id, self.created, req.model, req.prompt_tokens, produced)))
+                    chunks.append(
+                        protocol.sse_event(
+                            protocol.usage_chunk(
+                                req.kind, req.request_id, self.created, req.model, req.prompt_tokens, produced
+                            )
+                        )
+                    )
                 chunks.append(protocol.SSE_DONE)
             await response.write(b"".join(chunks))
             self._crash_if_due(produced)
@@ -460,18 +578,27 @@ class EngineServer:
         return response
 
 
-async def serve(settings: EngineSettings, ready: asyncio.Event | None = None,
-                stop: asyncio.Event | None = None) -> None:
+async def serve(
+    settings: EngineSettings, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None
+) -> None:
     """Run the emulator until `stop` is set (or forever)."""
     server = EngineServer(settings)
     runner = web.AppRunner(server.app, access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, backlog=4096, reuse_address=True)
     await site.start()
-    log.info("engine emulator serving %s (%s on %d x %s, role %s, rack %r, %s) on %s:%d",
-             settings.served_model_name, server.hw.model.name, settings.tensor_parallel_size, server.hw.gpu.name,
-             settings.role, settings.rack,
-             "zero-delay" if settings.zero_delay else f"speedup {settings.speedup:g}", settings.host, settings.port)
+    log.info(
+        "engine emulator serving %s (%s on %d x %s, role %s, rack %r, %s) on %s:%d",
+        settings.served_model_name,
+        server.hw.model.name,
+        settings.tensor_parallel_size,
+        server.hw.gpu.name,
+        settings.role,
+        settings.rack,
+        "zero-delay" if settings.zero_delay else f"speedup {settings.speedup:g}",
+        settings.host,
+        settings.port,
+    )
     if ready:
         ready.set()
     try:

@@ -68,12 +68,13 @@ class RequestResult:
 
 # --- pure: prompts, bodies, statistics -----------------------------------------------------------------------------
 
+
 def prompt_token_ids(request: TraceRequest, index: int, block_tokens: int) -> list[int]:
     """Token ids of the request's prompt: its shared prefix blocks first (same block id, same ids), then unique ids."""
     ids: list[int] = []
     for block in request.prefix_blocks:
         ids.extend((block * 7919 + k * 104729) % (VOCAB_SIZE - 1) + 1 for k in range(block_tokens))
-    ids = ids[:request.prompt_tokens]
+    ids = ids[: request.prompt_tokens]
     seed = index * 2654435761
     ids.extend((seed + k * 40503) % (VOCAB_SIZE - 1) + 1 for k in range(request.prompt_tokens - len(ids)))
     return ids
@@ -81,9 +82,15 @@ def prompt_token_ids(request: TraceRequest, index: int, block_tokens: int) -> li
 
 def completion_body(model: str, request: TraceRequest, index: int, block_tokens: int) -> dict[str, Any]:
     """The streaming /v1/completions request body for one trace request."""
-    return {"model": model, "prompt": prompt_token_ids(request, index, block_tokens),
-            "max_tokens": request.output_tokens, "min_tokens": request.output_tokens, "ignore_eos": True,
-            "stream": True, "temperature": 0.0}
+    return {
+        "model": model,
+        "prompt": prompt_token_ids(request, index, block_tokens),
+        "max_tokens": request.output_tokens,
+        "min_tokens": request.output_tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "temperature": 0.0,
+    }
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -133,6 +140,7 @@ def summarize(results: Sequence[RequestResult], sla: Sla, duration_s: float) -> 
 
 def format_summary(summary: dict[str, Any]) -> str:
     """A few human lines for a summary from `summarize`."""
+
     def row(name: str) -> str:
         values = summary[name]
         return " ".join(f"{k}={'-' if v is None else f'{v:.0f}'}" for k, v in values.items())
@@ -150,8 +158,14 @@ def format_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def synthetic_trace(profile: LoadProfile, seed: int = 0, prefix_groups: int = 0, prefix_tokens: int = 512,
-                    prefix_share: float = 0.5, block_tokens: int = 64) -> list[TraceRequest]:
+def synthetic_trace(
+    profile: LoadProfile,
+    seed: int = 0,
+    prefix_groups: int = 0,
+    prefix_tokens: int = 512,
+    prefix_share: float = 0.5,
+    block_tokens: int = 64,
+) -> list[TraceRequest]:
     """A synthetic trace from a load profile, optionally with shared system-prompt prefixes (see add_shared_prefixes)."""
     requests = generate(profile, seed)
     if prefix_groups > 0:
@@ -159,8 +173,9 @@ def synthetic_trace(profile: LoadProfile, seed: int = 0, prefix_groups: int = 0,
     return requests
 
 
-def window_trace(requests: Sequence[TraceRequest], speed: float, duration_s: float | None,
-                 max_requests: int) -> list[TraceRequest]:
+def window_trace(
+    requests: Sequence[TraceRequest], speed: float, duration_s: float | None, max_requests: int
+) -> list[TraceRequest]:
     """Replay a recorded trace `speed` times faster, keep what arrives within `duration_s`, at most `max_requests`."""
     out = []
     for request in requests:
@@ -189,6 +204,7 @@ def is_loopback(url: str) -> bool:
 
 # --- the adapter: one open-loop replay over HTTP ------------------------------------------------------------------
 
+
 class _Stream:
     """Tracks one streaming reply: when tokens arrive and whether the stream finished cleanly."""
 
@@ -216,13 +232,15 @@ class _Stream:
             self.last = now
 
 
-async def _send(session: Any, url: str, body: dict[str, Any], index: int, request: TraceRequest,
-                start: float) -> RequestResult:
+async def _send(
+    session: Any, url: str, body: dict[str, Any], index: int, request: TraceRequest, start: float
+) -> RequestResult:
     import aiohttp
 
     sent = time.monotonic()
-    base = RequestResult(index=index, start_s=sent - start, prompt_tokens=request.prompt_tokens,
-                         output_tokens=request.output_tokens)
+    base = RequestResult(
+        index=index, start_s=sent - start, prompt_tokens=request.prompt_tokens, output_tokens=request.output_tokens
+    )
     stream = _Stream(sent)
     try:
         async with session.post(url, json=body, headers={"X-Request-Id": f"replay-{index}"}) as reply:
@@ -237,17 +255,26 @@ async def _send(session: Any, url: str, body: dict[str, Any], index: int, reques
         return replace(base, tokens_received=stream.tokens, error=f"{type(error).__name__}: {error}")
     end = time.monotonic()
     if not stream.done or stream.tokens < request.output_tokens:
-        return replace(base, tokens_received=stream.tokens,
-                       error=f"incomplete: {stream.tokens}/{request.output_tokens} tokens, done={stream.done}")
+        return replace(
+            base,
+            tokens_received=stream.tokens,
+            error=f"incomplete: {stream.tokens}/{request.output_tokens} tokens, done={stream.done}",
+        )
     tpot = ((stream.last - stream.first) / (stream.tokens - 1)) if stream.tokens > 1 else None
-    return replace(base, tokens_received=stream.tokens, ttft_s=stream.first - sent, tpot_s=tpot,
-                   latency_s=end - sent)
+    return replace(base, tokens_received=stream.tokens, ttft_s=stream.first - sent, tpot_s=tpot, latency_s=end - sent)
 
 
-async def replay(url: str, requests: Sequence[TraceRequest], *, model: str, block_tokens: int = 64,
-                 request_timeout_s: float = 120.0, max_inflight: int = 512,
-                 on_result: Callable[[RequestResult], None] | None = None,
-                 stop: threading.Event | None = None) -> list[RequestResult]:
+async def replay(
+    url: str,
+    requests: Sequence[TraceRequest],
+    *,
+    model: str,
+    block_tokens: int = 64,
+    request_timeout_s: float = 120.0,
+    max_inflight: int = 512,
+    on_result: Callable[[RequestResult], None] | None = None,
+    stop: threading.Event | None = None,
+) -> list[RequestResult]:
     """Send `requests` to `url` (a router base URL) at their arrival times; return every result, in index order.
 
     Ends when every request has answered or timed out; `stop` (set from any thread) ends it early, recording
@@ -276,8 +303,15 @@ async def replay(url: str, requests: Sequence[TraceRequest], *, model: str, bloc
             if stop is not None and stop.is_set():
                 break
             if len(tasks) >= max_inflight:
-                record(RequestResult(index, time.monotonic() - start, request.prompt_tokens, request.output_tokens,
-                                     error=f"overload: {max_inflight} requests already in flight"))
+                record(
+                    RequestResult(
+                        index,
+                        time.monotonic() - start,
+                        request.prompt_tokens,
+                        request.output_tokens,
+                        error=f"overload: {max_inflight} requests already in flight",
+                    )
+                )
                 continue
             body = completion_body(model, request, index, block_tokens)
             task = asyncio.create_task(_send(session, endpoint, body, index, request, start))
@@ -304,13 +338,19 @@ def served_model(url: str, timeout_s: float = 5.0) -> str:
 
 # --- command line ----------------------------------------------------------------------------------------------------
 
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pdfleet replay", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="pdfleet replay", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--url", required=True, help="router base URL, e.g. http://127.1.0.5:8080")
     p.add_argument("--profile", choices=(*PROFILE_KINDS, "trace"), default="steady")
-    p.add_argument("--trace", type=Path, default=DEFAULT_TRACE,
-                   help="trace file for --profile trace (Azure CSV or generic CSV/JSONL); synthetic if absent")
+    p.add_argument(
+        "--trace",
+        type=Path,
+        default=DEFAULT_TRACE,
+        help="trace file for --profile trace (Azure CSV or generic CSV/JSONL); synthetic if absent",
+    )
     p.add_argument("--duration", type=float, default=60.0, help="seconds of load (trace: keep this much of it)")
     p.add_argument("--rate", type=float, default=2.0, help="base request rate, req/s")
     p.add_argument("--peak-rate", type=float, help="peak request rate for ramp/burst/diurnal (default 4x --rate)")
@@ -342,18 +382,26 @@ def trace_from_args(args: argparse.Namespace) -> tuple[str, list[TraceRequest]]:
         if args.trace.is_file():
             requests = read_trace(args.trace)
             return f"trace {args.trace.name} x{args.speed:g}", window_trace(
-                requests, args.speed, args.duration, args.max_requests)
+                requests, args.speed, args.duration, args.max_requests
+            )
         print(f"pdfleet replay: trace {args.trace} not found; using the synthetic diurnal profile", file=sys.stderr)
         args.profile = "diurnal"
     profile = LoadProfile(
-        kind=args.profile, duration_s=args.duration, base_rps=args.rate,
+        kind=args.profile,
+        duration_s=args.duration,
+        base_rps=args.rate,
         peak_rps=args.peak_rate if args.peak_rate is not None else 4 * args.rate,
-        period_s=args.period or args.duration, burst_s=args.burst_seconds,
-        prompt_median=args.prompt_tokens, prompt_sigma=args.length_sigma,
-        output_median=args.output_tokens, output_sigma=args.length_sigma)
-    requests = synthetic_trace(profile, args.seed, args.prefix_groups, args.prefix_tokens, args.prefix_share,
-                               args.block_tokens)
-    return f"synthetic {args.profile}", requests[:args.max_requests]
+        period_s=args.period or args.duration,
+        burst_s=args.burst_seconds,
+        prompt_median=args.prompt_tokens,
+        prompt_sigma=args.length_sigma,
+        output_median=args.output_tokens,
+        output_sigma=args.length_sigma,
+    )
+    requests = synthetic_trace(
+        profile, args.seed, args.prefix_groups, args.prefix_tokens, args.prefix_share, args.block_tokens
+    )
+    return f"synthetic {args.profile}", requests[: args.max_requests]
 
 
 def main(argv: list[str]) -> int:
@@ -367,8 +415,16 @@ def main(argv: list[str]) -> int:
     span = requests[-1].arrival if requests else 0.0
     print(f"replaying {len(requests)} requests ({description}) over {span:.0f} s to {args.url} as {model!r}")
     began = time.monotonic()
-    results = asyncio.run(replay(args.url, requests, model=model, block_tokens=args.block_tokens,
-                                 request_timeout_s=args.timeout, max_inflight=args.max_inflight))
+    results = asyncio.run(
+        replay(
+            args.url,
+            requests,
+            model=model,
+            block_tokens=args.block_tokens,
+            request_timeout_s=args.timeout,
+            max_inflight=args.max_inflight,
+        )
+    )
     summary = summarize(results, Sla(args.sla_ttft_ms, args.sla_tpot_ms), time.monotonic() - began)
     print(format_summary(summary))
     if args.json:

@@ -137,20 +137,69 @@ def _openssl(*args: str | Path, cwd: Path) -> None:
 def _issue_certificate(pki: Path, name: str, subject: str, extensions: str) -> None:
     """Write <name>.key/<name>.crt signed by pki/ca; P-256 keys, because they are generated instantly."""
     (pki / f"{name}.ext").write_text(extensions)
-    _openssl("req", "-new", "-nodes", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-             "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject, cwd=pki)
-    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-             "-days", "30", "-extfile", f"{name}.ext", "-out", f"{name}.crt", cwd=pki)
+    _openssl(
+        "req",
+        "-new",
+        "-nodes",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.csr",
+        "-subj",
+        subject,
+        cwd=pki,
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        f"{name}.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "30",
+        "-extfile",
+        f"{name}.ext",
+        "-out",
+        f"{name}.crt",
+        cwd=pki,
+    )
 
 
 def generate_pki(pki: Path) -> None:
     """CA, apiserver serving cert, client certs (admin in system:masters, controller-manager, scheduler), SA keys."""
     pki.mkdir(parents=True, exist_ok=True)
-    _openssl("req", "-x509", "-new", "-nodes", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-             "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=pdfleet-test-ca", "-days", "30", cwd=pki)
+    _openssl(
+        "req",
+        "-x509",
+        "-new",
+        "-nodes",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-subj",
+        "/CN=pdfleet-test-ca",
+        "-days",
+        "30",
+        cwd=pki,
+    )
     client_ext = "keyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n"
     _issue_certificate(
-        pki, "apiserver", "/CN=kube-apiserver",
+        pki,
+        "apiserver",
+        "/CN=kube-apiserver",
         "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
         "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
         "DNS:kubernetes.default.svc\n",
@@ -164,16 +213,22 @@ def generate_pki(pki: Path) -> None:
 
 def write_kubeconfig(path: Path, server: str, pki: Path, user: str) -> None:
     """A kubeconfig with embedded certs for `user` (its pki/<user>.crt/.key); works with kubectl, kubernetes, kopf."""
+
     def embed(file: str) -> str:
         return base64.b64encode((pki / file).read_bytes()).decode()
 
     document = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "pdfleet-local", "cluster": {
-            "server": server, "certificate-authority-data": embed("ca.crt")}}],
-        "users": [{"name": user, "user": {
-            "client-certificate-data": embed(f"{user}.crt"), "client-key-data": embed(f"{user}.key")}}],
+        "clusters": [
+            {"name": "pdfleet-local", "cluster": {"server": server, "certificate-authority-data": embed("ca.crt")}}
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {"client-certificate-data": embed(f"{user}.crt"), "client-key-data": embed(f"{user}.key")},
+            }
+        ],
         "contexts": [{"name": "pdfleet-local", "context": {"cluster": "pdfleet-local", "user": user}}],
         "current-context": "pdfleet-local",
         "preferences": {},
@@ -227,10 +282,15 @@ def etcd_command(binary: Path, work: Path, ports: Ports) -> list[str]:
     """etcd: one member, data in work/etcd, client/peer/metrics on loopback."""
     peer_url = f"http://127.0.0.1:{ports.etcd_peer}"
     return [
-        str(binary), "--name=default", f"--data-dir={work / 'etcd'}",
-        f"--listen-client-urls={ports.etcd_url}", f"--advertise-client-urls={ports.etcd_url}",
-        f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
-        f"--initial-cluster=default={peer_url}", f"--listen-metrics-urls=http://127.0.0.1:{ports.etcd_metrics}",
+        str(binary),
+        "--name=default",
+        f"--data-dir={work / 'etcd'}",
+        f"--listen-client-urls={ports.etcd_url}",
+        f"--advertise-client-urls={ports.etcd_url}",
+        f"--listen-peer-urls={peer_url}",
+        f"--initial-advertise-peer-urls={peer_url}",
+        f"--initial-cluster=default={peer_url}",
+        f"--listen-metrics-urls=http://127.0.0.1:{ports.etcd_metrics}",
         "--log-level=warn",
     ]
 
@@ -239,16 +299,26 @@ def apiserver_command(binary: Path, work: Path, ports: Ports) -> list[str]:
     """kube-apiserver: TLS only on 127.0.0.1, client-cert auth against the test CA, Node+RBAC authorization."""
     pki = work / "pki"
     return [
-        str(binary), f"--etcd-servers={ports.etcd_url}",
-        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={ports.apiserver}",
-        "--insecure-port=0", f"--cert-dir={work / 'apiserver-certs'}",
-        f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+        str(binary),
+        f"--etcd-servers={ports.etcd_url}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        f"--secure-port={ports.apiserver}",
+        "--insecure-port=0",
+        f"--cert-dir={work / 'apiserver-certs'}",
+        f"--tls-cert-file={pki / 'apiserver.crt'}",
+        f"--tls-private-key-file={pki / 'apiserver.key'}",
         f"--client-ca-file={pki / 'ca.crt'}",
-        f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
-        f"--service-account-issuer={_SERVICE_ACCOUNT_ISSUER}", f"--api-audiences={_SERVICE_ACCOUNT_ISSUER}",
-        f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}", "--authorization-mode=Node,RBAC",
+        f"--service-account-key-file={pki / 'sa.pub'}",
+        f"--service-account-signing-key-file={pki / 'sa.key'}",
+        f"--service-account-issuer={_SERVICE_ACCOUNT_ISSUER}",
+        f"--api-audiences={_SERVICE_ACCOUNT_ISSUER}",
+        f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+        "--authorization-mode=Node,RBAC",
         # No kubelet or kube-proxy: the apiserver must not try to publish its own endpoints.
-        "--endpoint-reconciler-type=none", "--allow-privileged=true", "--profiling=false",
+        "--endpoint-reconciler-type=none",
+        "--allow-privileged=true",
+        "--profiling=false",
     ]
 
 
@@ -256,25 +326,38 @@ def controller_manager_command(binary: Path, work: Path, ports: Ports) -> list[s
     """kube-controller-manager: every controller but nodelifecycle, one ServiceAccount per controller."""
     pki = work / "pki"
     return [
-        str(binary), f"--kubeconfig={work / 'controller-manager.kubeconfig'}",
-        "--bind-address=127.0.0.1", "--port=0", f"--secure-port={ports.controller_manager}",
-        f"--cert-dir={work / 'controller-manager-certs'}", "--leader-elect=false",
+        str(binary),
+        f"--kubeconfig={work / 'controller-manager.kubeconfig'}",
+        "--bind-address=127.0.0.1",
+        "--port=0",
+        f"--secure-port={ports.controller_manager}",
+        f"--cert-dir={work / 'controller-manager-certs'}",
+        "--leader-elect=false",
         "--use-service-account-credentials=true",
-        f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
-        f"--cluster-signing-cert-file={pki / 'ca.crt'}", f"--cluster-signing-key-file={pki / 'ca.key'}",
+        f"--service-account-private-key-file={pki / 'sa.key'}",
+        f"--root-ca-file={pki / 'ca.crt'}",
+        f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+        f"--cluster-signing-key-file={pki / 'ca.key'}",
         # Fake nodes send no heartbeats: without this controller they would be tainted unreachable after 40 s.
-        "--controllers=*,-nodelifecycle", "--profiling=false",
+        "--controllers=*,-nodelifecycle",
+        "--profiling=false",
         # Each controller gets its own ServiceAccount client at start; the default 20 QPS makes that take ~4 s.
-        "--kube-api-qps=200", "--kube-api-burst=400",
+        "--kube-api-qps=200",
+        "--kube-api-burst=400",
     ]
 
 
 def scheduler_command(binary: Path, work: Path, ports: Ports) -> list[str]:
     """kube-scheduler: default profile, no leader election."""
     return [
-        str(binary), f"--kubeconfig={work / 'scheduler.kubeconfig'}",
-        "--bind-address=127.0.0.1", "--port=0", f"--secure-port={ports.scheduler}",
-        f"--cert-dir={work / 'scheduler-certs'}", "--leader-elect=false", "--profiling=false",
+        str(binary),
+        f"--kubeconfig={work / 'scheduler.kubeconfig'}",
+        "--bind-address=127.0.0.1",
+        "--port=0",
+        f"--secure-port={ports.scheduler}",
+        f"--cert-dir={work / 'scheduler-certs'}",
+        "--leader-elect=false",
+        "--profiling=false",
     ]
 
 
@@ -332,9 +415,16 @@ def node_status(name: str, gpus: int, cpu: str, memory: str, ready: bool) -> dic
         "conditions": [_ready_condition(ready)],
         "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": name}],
         "nodeInfo": {
-            "machineID": name, "systemUUID": name, "bootID": name, "kernelVersion": "fake",
-            "osImage": "pdfleet fake node", "containerRuntimeVersion": "fake://0", "kubeletVersion": "v1.20.2",
-            "kubeProxyVersion": "v1.20.2", "operatingSystem": "linux", "architecture": "amd64",
+            "machineID": name,
+            "systemUUID": name,
+            "bootID": name,
+            "kernelVersion": "fake",
+            "osImage": "pdfleet fake node",
+            "containerRuntimeVersion": "fake://0",
+            "kubeletVersion": "v1.20.2",
+            "kubeProxyVersion": "v1.20.2",
+            "operatingSystem": "linux",
+            "architecture": "amd64",
         },
     }
 
@@ -410,17 +500,34 @@ class LocalControlPlane:
         self._wait(etcd, "etcd /health", deadline, lambda: _http_ok(f"{ports.etcd_url}/health", None))
         # Controllers started before the RBAC bootstrap roles exist would only log denials, so wait for /readyz.
         self._wait(apiserver, "kube-apiserver /readyz", deadline, lambda: _http_ok(f"{self.server}/readyz", admin_tls))
-        controller_manager = self._spawn("kube-controller-manager", controller_manager_command(
-            binaries["kube-controller-manager"], work, ports))
+        controller_manager = self._spawn(
+            "kube-controller-manager", controller_manager_command(binaries["kube-controller-manager"], work, ports)
+        )
         scheduler = self._spawn("kube-scheduler", scheduler_command(binaries["kube-scheduler"], work, ports))
-        self._wait(scheduler, "kube-scheduler /healthz", deadline,
-                   lambda: _http_ok(f"https://127.0.0.1:{ports.scheduler}/healthz", component_tls))
-        self._wait(controller_manager, "kube-controller-manager /healthz", deadline,
-                   lambda: _http_ok(f"https://127.0.0.1:{ports.controller_manager}/healthz", component_tls))
-        self._wait(apiserver, "namespace default", deadline,
-                   lambda: _http_ok(f"{self.server}/api/v1/namespaces/default", admin_tls))
-        self._wait(controller_manager, "ServiceAccount default/default with its token", deadline,
-                   lambda: self._service_account_ready("default"))
+        self._wait(
+            scheduler,
+            "kube-scheduler /healthz",
+            deadline,
+            lambda: _http_ok(f"https://127.0.0.1:{ports.scheduler}/healthz", component_tls),
+        )
+        self._wait(
+            controller_manager,
+            "kube-controller-manager /healthz",
+            deadline,
+            lambda: _http_ok(f"https://127.0.0.1:{ports.controller_manager}/healthz", component_tls),
+        )
+        self._wait(
+            apiserver,
+            "namespace default",
+            deadline,
+            lambda: _http_ok(f"{self.server}/api/v1/namespaces/default", admin_tls),
+        )
+        self._wait(
+            controller_manager,
+            "ServiceAccount default/default with its token",
+            deadline,
+            lambda: self._service_account_ready("default"),
+        )
 
     def stop(self) -> None:
         """Terminate every started process (SIGTERM, then SIGKILL after 10 s) and remove the temp dir; idempotent."""
@@ -446,8 +553,13 @@ class LocalControlPlane:
         log_path = self.workdir / f"{name}.log"
         with log_path.open("wb") as log:
             popen = subprocess.Popen(
-                list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                cwd=self.workdir, start_new_session=True, preexec_fn=die_with_parent_hook(),
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                start_new_session=True,
+                preexec_fn=die_with_parent_hook(),
             )
         process = _Process(name, popen, log_path)
         self._processes.append(process)
@@ -455,6 +567,7 @@ class LocalControlPlane:
 
     def _wait(self, owner: _Process, what: str, deadline: float, check: Callable[[], bool]) -> None:
         """Poll `check` until true; fail fast if any process exits, else time out with `owner`'s log tail."""
+
         def all_alive_and_check() -> bool:
             for process in self._processes:
                 if process.exited():
@@ -500,8 +613,12 @@ class LocalControlPlane:
         self._core().create_namespace(client.V1Namespace.from_dict({"metadata": {"name": name}}))
         deadline = time.monotonic() + timeout
         controller_manager = next(p for p in self._processes if p.name == "kube-controller-manager")
-        self._wait(controller_manager, f"ServiceAccount {name}/default with its token", deadline,
-                   lambda: self._service_account_ready(name))
+        self._wait(
+            controller_manager,
+            f"ServiceAccount {name}/default with its token",
+            deadline,
+            lambda: self._service_account_ready(name),
+        )
 
     def delete_namespace(self, name: str) -> None:
         """Delete a namespace without waiting; its pods go first with grace 0, as no kubelet would confirm them."""
@@ -529,8 +646,12 @@ class LocalControlPlane:
         node.kubernetes.io/not-ready:NoSchedule, as the node lifecycle controller would add.
         """
         core = self._core()
-        node_labels = {HOSTNAME_LABEL: name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-                       **(labels or {})}
+        node_labels = {
+            HOSTNAME_LABEL: name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            **(labels or {}),
+        }
         try:
             core.create_node(client.V1Node.from_dict({"metadata": {"name": name, "labels": node_labels}}))
         except ApiException as error:

@@ -23,10 +23,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from pdfleet.sim.trace import TraceRequest
-from pdfleet.sim.workload import LoadProfile
-from pdfleet.localfleet.controlplane import MissingBinariesError
-from pdfleet.localfleet.harness import LocalFleet
 from pdfleet.loadgen.replay import (
     RequestResult,
     Sla,
@@ -37,6 +33,10 @@ from pdfleet.loadgen.replay import (
     summarize,
     synthetic_trace,
 )
+from pdfleet.localfleet.controlplane import MissingBinariesError
+from pdfleet.localfleet.harness import LocalFleet
+from pdfleet.sim.trace import TraceRequest
+from pdfleet.sim.workload import LoadProfile
 
 NAMESPACE = "default"
 NAME = "demo"
@@ -45,16 +45,34 @@ LATENCY_WINDOW_S = 15.0
 EVENT_LINES = 5
 
 
-def demo_pdd(prometheus_url: str, *, name: str = NAME, namespace: str = NAMESPACE, max_replicas: int = 4,
-             interval_s: int = 5, window_s: int = 20, scale_down_s: int = 30) -> dict[str, Any]:
+def demo_pdd(
+    prometheus_url: str,
+    *,
+    name: str = NAME,
+    namespace: str = NAMESPACE,
+    max_replicas: int = 4,
+    interval_s: int = 5,
+    window_s: int = 20,
+    scale_down_s: int = 30,
+) -> dict[str, Any]:
     """The demo PDDeployment: Llama-3.1-8B on L4 nodes, 1+1 replicas to start, both pools autoscaled quickly.
 
     `--max-num-seqs 16` (a real vLLM flag) caps each decode batch, so decode queues, and scales, at demo rates.
     """
+
     def pool() -> dict[str, Any]:
-        return {"replicas": 1, "gpusPerReplica": 1, "gpuProduct": "NVIDIA-L4",
-                "autoscaling": {"enabled": True, "minReplicas": 1, "maxReplicas": max_replicas,
-                                "scaleDownStabilizationSeconds": scale_down_s, "maxScaleDownStep": 1}}
+        return {
+            "replicas": 1,
+            "gpusPerReplica": 1,
+            "gpuProduct": "NVIDIA-L4",
+            "autoscaling": {
+                "enabled": True,
+                "minReplicas": 1,
+                "maxReplicas": max_replicas,
+                "scaleDownStabilizationSeconds": scale_down_s,
+                "maxScaleDownStep": 1,
+            },
+        }
 
     return {
         "metadata": {"name": name, "namespace": namespace},
@@ -73,9 +91,19 @@ def demo_pdd(prometheus_url: str, *, name: str = NAME, namespace: str = NAMESPAC
 
 def demo_trace(duration_s: float, base_rps: float, peak_rps: float, seed: int = 0) -> list[TraceRequest]:
     """Load that rises from `base_rps` to `peak_rps` at half time and falls back (a diurnal cycle, compressed)."""
-    profile = LoadProfile(kind="diurnal", duration_s=duration_s, base_rps=base_rps, peak_rps=peak_rps,
-                          period_s=duration_s, prompt_median=600, prompt_sigma=0.4, prompt_max=4096,
-                          output_median=32, output_sigma=0.4, output_max=256)
+    profile = LoadProfile(
+        kind="diurnal",
+        duration_s=duration_s,
+        base_rps=base_rps,
+        peak_rps=peak_rps,
+        period_s=duration_s,
+        prompt_median=600,
+        prompt_sigma=0.4,
+        prompt_max=4096,
+        output_median=32,
+        output_sigma=0.4,
+        output_max=256,
+    )
     return synthetic_trace(profile, seed)
 
 
@@ -133,16 +161,26 @@ def _vs(value: float | None, target: float) -> str:
 
 def render_view(sample: Sample, duration_s: float, events: Sequence[str], racks: Sequence[str]) -> str:
     """The live terminal screen for one sample (pure)."""
-    lines = [f"pdfleet demo  {_bar(sample.t / duration_s)} {sample.t:4.0f}/{duration_s:.0f} s   "
-             f"load {sample.sent_rps:2d} req/s   done {sample.completed}   errors {sample.errors}", ""]
+    lines = [
+        f"pdfleet demo  {_bar(sample.t / duration_s)} {sample.t:4.0f}/{duration_s:.0f} s   "
+        f"load {sample.sent_rps:2d} req/s   done {sample.completed}   errors {sample.errors}",
+        "",
+    ]
     lines.append(f"{'pool':<8} {'ready':>5} {'desired':>7}   " + "  ".join(f"{rack:>8}" for rack in racks))
     for pool in ("prefill", "decode"):
         ready = sample.ready.get(pool, {})
-        lines.append(f"{pool:<8} {sum(ready.values()):>5} {sample.desired.get(pool, 0):>7}   "
-                     + "  ".join(f"{ready.get(rack, 0):>8}" for rack in racks))
-    lines += ["", f"TTFT p90 {_vs(sample.ttft_p90_ms, SLA.ttft_ms)}  (SLA {SLA.ttft_ms:.0f} ms)",
-              f"TPOT p90 {_vs(sample.tpot_p90_ms, SLA.tpot_ms)}  (SLA {SLA.tpot_ms:.0f} ms)",
-              f"(client side, last {LATENCY_WINDOW_S:.0f} s)", "", "last scaling decisions:"]
+        lines.append(
+            f"{pool:<8} {sum(ready.values()):>5} {sample.desired.get(pool, 0):>7}   "
+            + "  ".join(f"{ready.get(rack, 0):>8}" for rack in racks)
+        )
+    lines += [
+        "",
+        f"TTFT p90 {_vs(sample.ttft_p90_ms, SLA.ttft_ms)}  (SLA {SLA.ttft_ms:.0f} ms)",
+        f"TPOT p90 {_vs(sample.tpot_p90_ms, SLA.tpot_ms)}  (SLA {SLA.tpot_ms:.0f} ms)",
+        f"(client side, last {LATENCY_WINDOW_S:.0f} s)",
+        "",
+        "last scaling decisions:",
+    ]
     lines += [f"  {line}" for line in events[-EVENT_LINES:]] or ["  (none yet)"]
     return "\n".join(lines)
 
@@ -169,13 +207,22 @@ def write_plot(samples: Sequence[Sample], path: Path) -> None:
     axes[0].plot(t, [s.sent_rps for s in samples], color="tab:gray", label="requests sent / s")
     axes[0].set_ylabel("load (req/s)")
     for pool, color in (("prefill", "tab:blue"), ("decode", "tab:orange")):
-        axes[1].step(t, [sum(s.ready.get(pool, {}).values()) for s in samples], where="post", color=color,
-                     label=f"{pool} ready")
-        axes[1].step(t, [s.desired.get(pool, 0) for s in samples], where="post", color=color, linestyle="--",
-                     label=f"{pool} desired")
+        axes[1].step(
+            t, [sum(s.ready.get(pool, {}).values()) for s in samples], where="post", color=color, label=f"{pool} ready"
+        )
+        axes[1].step(
+            t,
+            [s.desired.get(pool, 0) for s in samples],
+            where="post",
+            color=color,
+            linestyle="--",
+            label=f"{pool} desired",
+        )
     axes[1].set_ylabel("replicas")
-    for axis, field, target, name in ((axes[2], "ttft_p90_ms", SLA.ttft_ms, "TTFT"),
-                                      (axes[3], "tpot_p90_ms", SLA.tpot_ms, "TPOT")):
+    for axis, field, target, name in (
+        (axes[2], "ttft_p90_ms", SLA.ttft_ms, "TTFT"),
+        (axes[3], "tpot_p90_ms", SLA.tpot_ms, "TPOT"),
+    ):
         axis.plot(t, [getattr(s, field) for s in samples], color="tab:green", label=f"{name} p90 (client)")
         axis.axhline(target, color="tab:red", linestyle=":", label=f"SLA {target:.0f} ms")
         axis.set_ylabel(f"{name} (ms)")
@@ -189,19 +236,29 @@ def write_plot(samples: Sequence[Sample], path: Path) -> None:
     plt.close(fig)
 
 
-def summary_text(samples: Sequence[Sample], replay_summary: Mapping[str, Any], events: Sequence[str],
-                 startup_s: float) -> str:
+def summary_text(
+    samples: Sequence[Sample], replay_summary: Mapping[str, Any], events: Sequence[str], startup_s: float
+) -> str:
     """The end-of-demo text summary."""
-    peaks = {pool: max((sum(s.ready.get(pool, {}).values()) for s in samples), default=0)
-             for pool in ("prefill", "decode")}
+    peaks = {
+        pool: max((sum(s.ready.get(pool, {}).values()) for s in samples), default=0) for pool in ("prefill", "decode")
+    }
     final = samples[-1] if samples else None
-    lines = [f"pdfleet demo summary (fleet up in {startup_s:.0f} s)", "",
-             format_summary(dict(replay_summary)), "",
-             f"peak ready replicas: prefill {peaks['prefill']}, decode {peaks['decode']}"]
+    lines = [
+        f"pdfleet demo summary (fleet up in {startup_s:.0f} s)",
+        "",
+        format_summary(dict(replay_summary)),
+        "",
+        f"peak ready replicas: prefill {peaks['prefill']}, decode {peaks['decode']}",
+    ]
     if final is not None:
-        lines.append("final ready replicas: " + ", ".join(
-            f"{pool} {sum(final.ready.get(pool, {}).values())} {dict(final.ready.get(pool, {}))}"
-            for pool in ("prefill", "decode")))
+        lines.append(
+            "final ready replicas: "
+            + ", ".join(
+                f"{pool} {sum(final.ready.get(pool, {}).values())} {dict(final.ready.get(pool, {}))}"
+                for pool in ("prefill", "decode")
+            )
+        )
     lines += ["", f"scaling events ({len(events)}):"] + [f"  {line}" for line in events]
     return "\n".join(lines) + "\n"
 
@@ -209,6 +266,7 @@ def summary_text(samples: Sequence[Sample], replay_summary: Mapping[str, Any], e
 @contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM stops the demo the way Ctrl-C does (clean-up runs)."""
+
     def interrupt(_signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
@@ -220,8 +278,9 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pdfleet demo", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="pdfleet demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--duration", type=float, default=240.0, help="seconds of load (default 240)")
     p.add_argument("--base-rate", type=float, default=1.0, help="load at start and end, req/s")
     p.add_argument("--peak-rate", type=float, default=8.0, help="load at half time, req/s")
@@ -238,10 +297,16 @@ def _sample(fleet: LocalFleet, t: float, sent: int, log: ResultLog) -> Sample:
     results = log.all()
     recent = log.window(now, LATENCY_WINDOW_S)
     spec = fleet.get(NAMESPACE, NAME)["spec"]
-    return Sample(t=round(t, 1), sent_rps=sent, completed=sum(r.ok for r in results),
-                  errors=sum(not r.ok for r in results), ready=fleet.ready_by_rack(NAMESPACE, NAME),
-                  desired={pool: spec[pool]["replicas"] for pool in ("prefill", "decode")},
-                  ttft_p90_ms=p90_ms(recent, "ttft_s"), tpot_p90_ms=p90_ms(recent, "tpot_s"))
+    return Sample(
+        t=round(t, 1),
+        sent_rps=sent,
+        completed=sum(r.ok for r in results),
+        errors=sum(not r.ok for r in results),
+        ready=fleet.ready_by_rack(NAMESPACE, NAME),
+        desired={pool: spec[pool]["replicas"] for pool in ("prefill", "decode")},
+        ttft_p90_ms=p90_ms(recent, "ttft_s"),
+        tpot_p90_ms=p90_ms(recent, "tpot_s"),
+    )
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -253,22 +318,29 @@ def run_demo(args: argparse.Namespace) -> int:
     log = ResultLog()
     stop = threading.Event()
     began = time.monotonic()
-    print(f"starting the local fleet ({len(racks)} racks: control plane, operator, Prometheus, pod runner)...",
-          flush=True)
+    print(
+        f"starting the local fleet ({len(racks)} racks: control plane, operator, Prometheus, pod runner)...", flush=True
+    )
     with LocalFleet(racks=racks) as fleet:
         startup_s = time.monotonic() - began
         assert fleet.prometheus is not None
         fleet.apply(demo_pdd(fleet.prometheus.url, max_replicas=args.max_replicas))
-        print(f"fleet up in {startup_s:.0f} s; PDDeployment {NAMESPACE}/{NAME} applied, waiting for it to serve...",
-              flush=True)
+        print(
+            f"fleet up in {startup_s:.0f} s; PDDeployment {NAMESPACE}/{NAME} applied, waiting for it to serve...",
+            flush=True,
+        )
         fleet.wait_serving(NAMESPACE, NAME, timeout=180)
         url = fleet.router_url(NAMESPACE, NAME)
         trace = demo_trace(args.duration, args.base_rate, args.peak_rate, args.seed)
         sent_per_second = arrivals_per_second(trace, int(args.duration) + 1)
         print(f"serving at {url}; replaying {len(trace)} requests over {args.duration:.0f} s", flush=True)
-        worker = threading.Thread(target=lambda: asyncio.run(replay(
-            url, trace, model="llama-8b", request_timeout_s=60.0, on_result=log.add, stop=stop)),
-            name="replay", daemon=True)
+        worker = threading.Thread(
+            target=lambda: asyncio.run(
+                replay(url, trace, model="llama-8b", request_timeout_s=60.0, on_result=log.add, stop=stop)
+            ),
+            name="replay",
+            daemon=True,
+        )
         load_start = time.monotonic()
         worker.start()
         try:
@@ -282,9 +354,12 @@ def run_demo(args: argparse.Namespace) -> int:
                     print("\x1b[H\x1b[2J" + render_view(sample, args.duration, events, racks), flush=True)
                 elif len(samples) % 5 == 1:
                     ready = {p: sum(v.values()) for p, v in sample.ready.items()}
-                    print(f"t={sample.t:5.0f}s load={sample.sent_rps:2d}/s ready={ready} desired={sample.desired} "
-                          f"ttft_p90={sample.ttft_p90_ms or 0:.0f}ms tpot_p90={sample.tpot_p90_ms or 0:.0f}ms "
-                          f"errors={sample.errors}", flush=True)
+                    print(
+                        f"t={sample.t:5.0f}s load={sample.sent_rps:2d}/s ready={ready} desired={sample.desired} "
+                        f"ttft_p90={sample.ttft_p90_ms or 0:.0f}ms tpot_p90={sample.tpot_p90_ms or 0:.0f}ms "
+                        f"errors={sample.errors}",
+                        flush=True,
+                    )
                 time.sleep(max(0.0, 1.0 - (time.monotonic() - load_start - elapsed)))
         finally:
             stop.set()
@@ -294,12 +369,21 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_outputs(out: Path, samples: Sequence[Sample], results: Sequence[RequestResult], events: Sequence[str],
-                   startup_s: float, duration_s: float) -> None:
+def _write_outputs(
+    out: Path,
+    samples: Sequence[Sample],
+    results: Sequence[RequestResult],
+    events: Sequence[str],
+    startup_s: float,
+    duration_s: float,
+) -> None:
     out.mkdir(parents=True, exist_ok=True)
     replay_summary = summarize(results, SLA, duration_s)
-    (out / "timeline.json").write_text(json.dumps({"samples": [asdict(s) for s in samples],
-                                                   "replay": replay_summary, "events": list(events)}, indent=1))
+    (out / "timeline.json").write_text(
+        json.dumps(
+            {"samples": [asdict(s) for s in samples], "replay": replay_summary, "events": list(events)}, indent=1
+        )
+    )
     text = summary_text(samples, replay_summary, events, startup_s)
     (out / "summary.txt").write_text(text)
     if samples:

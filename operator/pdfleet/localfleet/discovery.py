@@ -29,11 +29,20 @@ def router_scrape_targets(pods: Sequence[Mapping[str, Any]]) -> list[ScrapeTarge
         meta = pod.get("metadata", {})
         labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
         ip, port = (pod.get("status") or {}).get("podIP"), annotations.get("prometheus.io/port")
-        if (annotations.get("prometheus.io/scrape") != "true" or not ip or not port
-                or labels.get("app.kubernetes.io/component") != ROUTER_COMPONENT or meta.get("deletionTimestamp")):
+        if (
+            annotations.get("prometheus.io/scrape") != "true"
+            or not ip
+            or not port
+            or labels.get("app.kubernetes.io/component") != ROUTER_COMPONENT
+            or meta.get("deletionTimestamp")
+        ):
             continue
-        target_labels = {"namespace": meta.get("namespace", ""), "pdd": labels.get("app.kubernetes.io/instance", ""),
-                         "component": ROUTER_COMPONENT, "pod": meta.get("name", "")}
+        target_labels = {
+            "namespace": meta.get("namespace", ""),
+            "pdd": labels.get("app.kubernetes.io/instance", ""),
+            "component": ROUTER_COMPONENT,
+            "pod": meta.get("name", ""),
+        }
         if path := annotations.get("prometheus.io/path"):
             target_labels["__metrics_path__"] = path
         targets.append(ScrapeTarget(f"{ip}:{port}", target_labels))
@@ -56,8 +65,13 @@ class PodTargetDiscovery:
     `static_targets` is called on every poll, so a target that moves (a restarted operator's port) follows.
     """
 
-    def __init__(self, api_client: Any, server: PrometheusServer, interval_s: float = 1.0,
-                 static_targets: Callable[[], Sequence[ScrapeTarget]] = lambda: ()) -> None:
+    def __init__(
+        self,
+        api_client: Any,
+        server: PrometheusServer,
+        interval_s: float = 1.0,
+        static_targets: Callable[[], Sequence[ScrapeTarget]] = lambda: (),
+    ) -> None:
         from kubernetes import client
 
         self.core = client.CoreV1Api(api_client)
@@ -95,5 +109,5 @@ class PodTargetDiscovery:
         while not self._stop.wait(self.interval_s):
             try:
                 self.sync()
-            except Exception:  # noqa: BLE001 - discovery keeps going through apiserver hiccups, as Prometheus does
+            except Exception:
                 log.exception("pod target discovery failed")

@@ -89,10 +89,17 @@ class LocalFleet:
     After `start()`: `control_plane`, `api` (admin ApiClient), `core`, `custom`, `operator`, `prometheus`, `runner`.
     """
 
-    def __init__(self, racks: Sequence[str] = ("rack-a", "rack-b"), nodes_per_rack: int = 2, gpus_per_node: int = 4,
-                 gpu_product: str = DEFAULT_GPU_PRODUCT, scrape_interval_s: float = 1.0,
-                 operator_env: Mapping[str, str] | None = None, runner_env: Mapping[str, str] | None = None,
-                 config_sync_s: float = KUBELET_CONFIG_SYNC_S) -> None:
+    def __init__(
+        self,
+        racks: Sequence[str] = ("rack-a", "rack-b"),
+        nodes_per_rack: int = 2,
+        gpus_per_node: int = 4,
+        gpu_product: str = DEFAULT_GPU_PRODUCT,
+        scrape_interval_s: float = 1.0,
+        operator_env: Mapping[str, str] | None = None,
+        runner_env: Mapping[str, str] | None = None,
+        config_sync_s: float = KUBELET_CONFIG_SYNC_S,
+    ) -> None:
         """Nothing starts here. `operator_env` and `runner_env` add to the operator's and every pod's environment;
         `config_sync_s` is how late a ConfigMap change reaches a running pod's files (LocalPodRunner)."""
         self.racks = tuple(racks)
@@ -139,10 +146,14 @@ class LocalFleet:
             self._stack.callback(self._stop_operator)
             self.operator = OperatorProcess(self.control_plane.kubeconfig, extra_env=self.operator_env).start()
             self.prometheus = self._stack.enter_context(start_prometheus(scrape_interval=self.scrape_interval_s))
-            self.discovery = self._stack.enter_context(PodTargetDiscovery(
-                self.api, self.prometheus, interval_s=self.scrape_interval_s, static_targets=self._operator_target))
-            self.runner = self._stack.enter_context(LocalPodRunner(self.api, extra_env=self.runner_env,
-                                                                         config_sync_s=self.config_sync_s))
+            self.discovery = self._stack.enter_context(
+                PodTargetDiscovery(
+                    self.api, self.prometheus, interval_s=self.scrape_interval_s, static_targets=self._operator_target
+                )
+            )
+            self.runner = self._stack.enter_context(
+                LocalPodRunner(self.api, extra_env=self.runner_env, config_sync_s=self.config_sync_s)
+            )
             log.info("local fleet up in %.1f s (Prometheus %s)", time.monotonic() - began, self.prometheus.url)
         except BaseException:
             self.stop()
@@ -221,7 +232,8 @@ class LocalFleet:
         """Events about the PDDeployment, oldest first."""
         selector = f"involvedObject.name={name},involvedObject.kind=PDDeployment"
         items = self.api.sanitize_for_serialization(
-            self.core.list_namespaced_event(namespace, field_selector=selector).items)
+            self.core.list_namespaced_event(namespace, field_selector=selector).items
+        )
         return sorted(items, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
 
     # pods and endpoints --------------------------------------------------------------------------------------------
@@ -230,7 +242,8 @@ class LocalFleet:
         """The fleet's pods (API JSON), optionally of one component (prefill, decode, router), sorted by name."""
         selector = f"{INSTANCE_LABEL}={name}" + (f",{COMPONENT_LABEL}={component}" if component else "")
         items = self.api.sanitize_for_serialization(
-            self.core.list_namespaced_pod(namespace, label_selector=selector).items)
+            self.core.list_namespaced_pod(namespace, label_selector=selector).items
+        )
         return sorted(items, key=lambda p: p["metadata"]["name"])
 
     def ready_by_rack(self, namespace: str, name: str) -> dict[str, dict[str, int]]:
@@ -290,8 +303,12 @@ class LocalFleet:
         """Register (or re-register) the GPU nodes of `rack`, `<rack>-node-<i>`, zone `zone-<n>` by rack order."""
         zone = f"zone-{self.racks.index(rack) + 1}" if rack in self.racks else "zone-1"
         names = self.control_plane.standard_fleet_nodes(
-            racks=[rack], nodes_per_rack=self.nodes_per_rack, gpus=self.gpus_per_node, product=self.gpu_product,
-            zone_of_rack={rack: zone})
+            racks=[rack],
+            nodes_per_rack=self.nodes_per_rack,
+            gpus=self.gpus_per_node,
+            product=self.gpu_product,
+            zone_of_rack={rack: zone},
+        )
         self.node_names += [n for n in names if n not in self.node_names]
         return names
 
@@ -304,8 +321,9 @@ class LocalFleet:
     def query(self, promql: str) -> list[dict[str, Any]]:
         """Instant PromQL query against the fleet's Prometheus; the result vector (empty when no data)."""
         assert self.prometheus is not None
-        reply = httpx.get(f"{self.prometheus.url}/api/v1/query", params={"query": promql}, timeout=10.0,
-                          trust_env=False)
+        reply = httpx.get(
+            f"{self.prometheus.url}/api/v1/query", params={"query": promql}, timeout=10.0, trust_env=False
+        )
         reply.raise_for_status()
         return reply.json()["data"]["result"]
 
@@ -315,6 +333,7 @@ class LocalFleet:
 
         Exceptions from `check` (an API object not there yet) count as "not yet".
         """
+
         def attempt() -> T | None:
             try:
                 return check()
@@ -329,8 +348,10 @@ class LocalFleet:
         spec = self.get(namespace, name)["spec"]
         wanted = {pool: spec[pool]["replicas"] for pool in ("prefill", "decode")}
         endpoints = self.router_endpoints(namespace, name)
-        healthy = {pool: sum(1 for e in endpoints if e["pool"] == pool and e["healthy"] and not e["draining"])
-                   for pool in wanted}
+        healthy = {
+            pool: sum(1 for e in endpoints if e["pool"] == pool and e["healthy"] and not e["draining"])
+            for pool in wanted
+        }
         counts = self.ready_by_rack(namespace, name)
         ready = {pool: sum(counts[pool].values()) for pool in wanted}
         return healthy == wanted and ready == wanted
@@ -352,8 +373,10 @@ class LocalFleet:
         with contextlib.suppress(Exception):
             for pod in self.pods(namespace, name):
                 st = pod.get("status") or {}
-                lines.append(f"pod {pod['metadata']['name']} node={pod['spec'].get('nodeName')} "
-                             f"phase={st.get('phase')} ip={st.get('podIP')} ready={is_ready(pod)}")
+                lines.append(
+                    f"pod {pod['metadata']['name']} node={pod['spec'].get('nodeName')} "
+                    f"phase={st.get('phase')} ip={st.get('podIP')} ready={is_ready(pod)}"
+                )
         if self.operator is not None:
             lines.append("operator log tail:\n" + self.operator.log_tail(20))
         return "\n".join(lines)

@@ -59,9 +59,20 @@ class OperatorProcess:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1", **self.extra_env}
         with self.log_path.open("ab") as log:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "pdfleet", "operator", "--metrics-port", str(self.metrics_port),
-                 "--health-address", f"127.0.0.1:{self.health_port}"],
-                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                [
+                    sys.executable,
+                    "-m",
+                    "pdfleet",
+                    "operator",
+                    "--metrics-port",
+                    str(self.metrics_port),
+                    "--health-address",
+                    f"127.0.0.1:{self.health_port}",
+                ],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
                 preexec_fn=die_with_parent_hook(),
             )
         wait_until(self._healthy, timeout, f"operator liveness (log: {self.log_path})")

@@ -72,8 +72,12 @@ def local_argv(argv: Sequence[str], pod_ip: str) -> list[str] | None:
 
 def resolve_env(container: Mapping[str, Any], pod: Mapping[str, Any], pod_ip: str) -> dict[str, str]:
     """Container env with the downward-API fields the kubelet would fill in."""
-    fields = {"metadata.name": pod["metadata"]["name"], "metadata.namespace": pod["metadata"]["namespace"],
-              "status.podIP": pod_ip, "spec.nodeName": pod["spec"].get("nodeName", "")}
+    fields = {
+        "metadata.name": pod["metadata"]["name"],
+        "metadata.namespace": pod["metadata"]["namespace"],
+        "status.podIP": pod_ip,
+        "spec.nodeName": pod["spec"].get("nodeName", ""),
+    }
     env = {}
     for var in container.get("env") or []:
         if "value" in var:
@@ -107,8 +111,11 @@ def readiness_probe(container: Mapping[str, Any], pod_ip: str) -> Probe | None:
     port = http.get("port")
     if isinstance(port, str) and not port.isdigit():
         port = next(p["containerPort"] for p in container.get("ports") or [] if p.get("name") == port)
-    return Probe(url=f"http://{pod_ip}:{port}{http.get('path', '/')}", period_s=float(spec.get("periodSeconds", 10)),
-                 failure_threshold=int(spec.get("failureThreshold", 3)))
+    return Probe(
+        url=f"http://{pod_ip}:{port}{http.get('path', '/')}",
+        period_s=float(spec.get("periodSeconds", 10)),
+        failure_threshold=int(spec.get("failureThreshold", 3)),
+    )
 
 
 def rewrite_mount_paths(argv: list[str], mounts: Mapping[str, Path]) -> list[str]:
@@ -117,7 +124,7 @@ def rewrite_mount_paths(argv: list[str], mounts: Mapping[str, Path]) -> list[str
     for arg in argv:
         for mount_path, local in sorted(mounts.items(), key=lambda kv: -len(kv[0])):
             if arg == mount_path or arg.startswith(mount_path.rstrip("/") + "/"):
-                arg = str(local) + arg[len(mount_path.rstrip("/")):]
+                arg = str(local) + arg[len(mount_path.rstrip("/")) :]
                 break
         out.append(arg)
     return out
@@ -160,14 +167,22 @@ def pod_status(view: ContainerView, now: str) -> dict[str, Any]:
     else:
         state = {"waiting": {"reason": "CrashLoopBackOff" if view.restarts else "ContainerCreating"}}
     container: dict[str, Any] = {
-        "name": view.name, "image": view.image, "imageID": "", "ready": view.ready, "started": view.running,
-        "restartCount": view.restarts, "state": state,
+        "name": view.name,
+        "image": view.image,
+        "imageID": "",
+        "ready": view.ready,
+        "started": view.running,
+        "restartCount": view.restarts,
+        "state": state,
     }
     if view.last_exit_code is not None:
         container["lastState"] = {"terminated": {"exitCode": view.last_exit_code, "reason": "Error"}}
     return {
         "phase": "Running" if view.running or view.restarts else "Pending",
-        "podIP": view.ip, "podIPs": [{"ip": view.ip}], "hostIP": "127.0.0.1", "startTime": view.started_at,
+        "podIP": view.ip,
+        "podIPs": [{"ip": view.ip}],
+        "hostIP": "127.0.0.1",
+        "startTime": view.started_at,
         "conditions": [
             {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
             {"type": "Initialized", "status": "True", "lastTransitionTime": now},
@@ -225,8 +240,13 @@ class LocalPodRunner:
     which is what the operator's fleet-view push to the routers is for.
     """
 
-    def __init__(self, api_client: Any, node_names: Sequence[str] | None = None,
-                 extra_env: Mapping[str, str] | None = None, config_sync_s: float = 0.0):
+    def __init__(
+        self,
+        api_client: Any,
+        node_names: Sequence[str] | None = None,
+        extra_env: Mapping[str, str] | None = None,
+        config_sync_s: float = 0.0,
+    ):
         from kubernetes import client
 
         self.core = client.CoreV1Api(api_client)
@@ -287,7 +307,7 @@ class LocalPodRunner:
         while not self._stop.is_set():
             try:
                 self._sync()
-            except Exception:  # noqa: BLE001 - keep playing the kubelet through API hiccups
+            except Exception:
                 log.exception("pod runner sync failed")
             self._stop.wait(POLL_SECONDS)
 
@@ -340,12 +360,17 @@ class LocalPodRunner:
                 config_volumes[mount["name"]] = (volume["configMap"]["name"], local)
         argv = local_argv(list(container.get("command") or []) + list(container.get("args") or []), ip)
         running = RunningPod(
-            uid=meta["uid"], namespace=meta["namespace"], name=meta["name"], ip=ip, container=container["name"],
-            image=container.get("image", ""), workdir=workdir,
+            uid=meta["uid"],
+            namespace=meta["namespace"],
+            name=meta["name"],
+            ip=ip,
+            container=container["name"],
+            image=container.get("image", ""),
+            workdir=workdir,
             argv=rewrite_mount_paths(argv, mounts) if argv else None,
-            env={**os.environ, **self._node_env(spec["nodeName"]), **self.extra_env,
-                 **resolve_env(container, pod, ip)},
-            probe=readiness_probe(container, ip), config_volumes=config_volumes,
+            env={**os.environ, **self._node_env(spec["nodeName"]), **self.extra_env, **resolve_env(container, pod, ip)},
+            probe=readiness_probe(container, ip),
+            config_volumes=config_volumes,
         )
         with self._lock:
             self.pods[running.uid] = running
@@ -402,9 +427,16 @@ class LocalPodRunner:
             pod.next_start = time.monotonic() + restart_backoff(pod.restarts)
         if pod.process is None and time.monotonic() >= pod.next_start:
             with open(pod.log_path, "ab") as out:
-                pod.process = subprocess.Popen(pod.argv, env=pod.env, cwd=pod.workdir, stdin=subprocess.DEVNULL,
-                                               stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                               preexec_fn=_tie_to_current_thread())
+                pod.process = subprocess.Popen(
+                    pod.argv,
+                    env=pod.env,
+                    cwd=pod.workdir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=_tie_to_current_thread(),
+                )
             pod.started_at = _now()
             pod.next_probe = 0.0
         if pod.process is not None:
@@ -430,9 +462,17 @@ class LocalPodRunner:
     def _report(self, pod: RunningPod) -> None:
         """Patch the pod status when what a kubelet would report changed."""
         running = pod.process is not None and pod.process.poll() is None
-        view = ContainerView(ip=pod.ip, name=pod.container, image=pod.image, supported=pod.argv is not None,
-                             running=running, ready=pod.ready and running, restarts=pod.restarts,
-                             started_at=pod.started_at, last_exit_code=pod.last_exit_code)
+        view = ContainerView(
+            ip=pod.ip,
+            name=pod.container,
+            image=pod.image,
+            supported=pod.argv is not None,
+            running=running,
+            ready=pod.ready and running,
+            restarts=pod.restarts,
+            started_at=pod.started_at,
+            last_exit_code=pod.last_exit_code,
+        )
         if pod.reported == view:
             return
         self.core.patch_namespaced_pod_status(pod.name, pod.namespace, {"status": pod_status(view, _now())})
@@ -455,8 +495,9 @@ class LocalPodRunner:
             with self._lock:
                 self.pods.pop(pod.uid, None)
         try:  # the kubelet's last word: the containers are gone, remove the object
-            self.core.delete_namespaced_pod(body["metadata"]["name"], body["metadata"]["namespace"],
-                                            grace_period_seconds=0)
+            self.core.delete_namespaced_pod(
+                body["metadata"]["name"], body["metadata"]["namespace"], grace_period_seconds=0
+            )
         except ApiException as error:
             if error.status != 404:
                 raise

@@ -229,7 +229,9 @@ def start_prometheus(
     """Run Prometheus on 127.0.0.1 (free port, temporary data dir) until the block ends; yields the server."""
     path = binary or prometheus_binary()
     if path is None:
-        raise FileNotFoundError("prometheus binary not found: apt-get install prometheus, or set PDFLEET_PROMETHEUS_BIN")
+        raise FileNotFoundError(
+            "prometheus binary not found: apt-get install prometheus, or set PDFLEET_PROMETHEUS_BIN"
+        )
     workdir = Path(tempfile.mkdtemp(prefix="pdfleet-prometheus-"))
     file_sd_path = workdir / "targets.json"
     config_path = workdir / "prometheus.yml"
@@ -248,8 +250,13 @@ def start_prometheus(
     server: PrometheusServer | None = None
     try:
         with open(log_path, "wb") as log:
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       preexec_fn=die_with_parent_hook())
+            process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=die_with_parent_hook(),
+            )
         server = PrometheusServer(process, port, workdir, file_sd_path, log_path)
         _wait_ready(server, ready_timeout)
         yield server

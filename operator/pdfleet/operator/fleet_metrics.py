@@ -54,8 +54,10 @@ POOL = (*FLEET, "pool")
 
 # name -> (help, label names): the collector's whole contract, also what docs/install.md lists
 FLEET_METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
-    POOL_REPLICAS: ("Pool replicas by state: spec (asked for), current (pods exist), ready (pods Ready).",
-                    (*POOL, "state")),
+    POOL_REPLICAS: (
+        "Pool replicas by state: spec (asked for), current (pods exist), ready (pods Ready).",
+        (*POOL, "state"),
+    ),
     SLA_TARGET_SECONDS: ("SLA latency target in seconds, by objective (ttft, tpot).", (*FLEET, "objective")),
     AUTOSCALER_MIN_REPLICAS: ("Autoscaling lower bound of the pool (autoscaled pools only).", POOL),
     AUTOSCALER_MAX_REPLICAS: ("Autoscaling upper bound of the pool (autoscaled pools only).", POOL),
@@ -99,8 +101,10 @@ def fleet_samples(body: Mapping[str, Any]) -> list[Sample]:
         ]
         scaling = spec.pool(pool).autoscaling
         if scaling.enabled:
-            samples += [Sample(AUTOSCALER_MIN_REPLICAS, labels, scaling.min_replicas),
-                        Sample(AUTOSCALER_MAX_REPLICAS, labels, scaling.max_replicas)]
+            samples += [
+                Sample(AUTOSCALER_MIN_REPLICAS, labels, scaling.min_replicas),
+                Sample(AUTOSCALER_MAX_REPLICAS, labels, scaling.max_replicas),
+            ]
         decision = getattr(status.autoscaler, pool) if status.autoscaler is not None else None
         if decision is not None and decision.last_scale_time:
             samples.append(Sample(AUTOSCALER_LAST_SCALE, labels, _unix(decision.last_scale_time)))

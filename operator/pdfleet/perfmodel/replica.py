@@ -37,9 +37,15 @@ class ReplicaModel:
         return kv_capacity_tokens(self.hardware, self.gpu_memory_utilization)
 
 
-def replica_model(model_name: str, gpu_product: str | None, tp: int, kv_cache_dtype: str = "auto",
-                  max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
-                  gpu_memory_utilization: float = 0.9) -> ReplicaModel | None:
+def replica_model(
+    model_name: str,
+    gpu_product: str | None,
+    tp: int,
+    kv_cache_dtype: str = "auto",
+    max_num_seqs: int = 256,
+    max_num_batched_tokens: int = 8192,
+    gpu_memory_utilization: float = 0.9,
+) -> ReplicaModel | None:
     """The ReplicaModel of a model id (HF id or preset) on `tp` GPUs of a product label; None when the model or GPU
     matches no preset, or the model does not fit (a guessed prior would be worse than learning)."""
     if not gpu_product or tp < 1:
@@ -53,8 +59,14 @@ def replica_model(model_name: str, gpu_product: str | None, tp: int, kv_cache_dt
 
 
 @lru_cache(maxsize=256)
-def _engine_replica_model(engine_kind: str, engine_args: tuple[str, ...], model_name: str, gpu_product: str | None,
-                          tp: int, kv_cache_dtype: str) -> ReplicaModel | None:
+def _engine_replica_model(
+    engine_kind: str,
+    engine_args: tuple[str, ...],
+    model_name: str,
+    gpu_product: str | None,
+    tp: int,
+    kv_cache_dtype: str,
+) -> ReplicaModel | None:
     limits = vllm_batch_limits(list(engine_args)) if engine_kind == "vllm" else {}
     return replica_model(model_name, gpu_product, tp, kv_cache_dtype, **limits)
 
@@ -64,8 +76,14 @@ def pool_replica_model(spec: Any, pool: str) -> ReplicaModel | None:
     when its gpuProduct or the model matches no preset. Built once per distinct input: the autoscaler asks every
     interval, and the engine args are parsed only when the spec changes."""
     pool_spec = spec.pool(pool)
-    return _engine_replica_model(spec.engine.kind, tuple(spec.engine.args), spec.model.name, pool_spec.gpu_product,
-                                 pool_spec.gpus_per_replica, spec.kv_transfer.cache_dtype)
+    return _engine_replica_model(
+        spec.engine.kind,
+        tuple(spec.engine.args),
+        spec.model.name,
+        pool_spec.gpu_product,
+        pool_spec.gpus_per_replica,
+        spec.kv_transfer.cache_dtype,
+    )
 
 
 def _bucket(tokens: float) -> int:

@@ -13,8 +13,17 @@ from dataclasses import dataclass
 
 from pdfleet.perfmodel.presets import GpuPreset, InterconnectPreset, ModelPreset
 
-KV_DTYPE_BYTES = {"auto": 2, "bf16": 2, "bfloat16": 2, "fp16": 2, "half": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
-                  "int8": 1}
+KV_DTYPE_BYTES = {
+    "auto": 2,
+    "bf16": 2,
+    "bfloat16": 2,
+    "fp16": 2,
+    "half": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "int8": 1,
+}
 TP_EFFICIENCY = 0.9  # fraction of linear speedup kept per extra tensor-parallel GPU (all-reduce cost)
 
 
@@ -87,8 +96,13 @@ def step_time(hw: Hardware, load: StepLoad) -> float:
     model = hw.model
     tokens = load.prefill_tokens + load.decode_seqs
     linear_flops = 2.0 * model.params * tokens
-    attention_flops = 4.0 * model.layers * model.attention_heads * model.head_dim * (
-        load.prefill_attention_pairs + load.decode_context_tokens)
+    attention_flops = (
+        4.0
+        * model.layers
+        * model.attention_heads
+        * model.head_dim
+        * (load.prefill_attention_pairs + load.decode_context_tokens)
+    )
     compute_s = (linear_flops + attention_flops) / (hw.gpu.peak_flops * hw.gpu.mfu * hw.scale)
     kv_read = kv_bytes_per_token(model, hw.kv_cache_dtype) * load.decode_context_tokens
     memory_s = (weight_bytes(model) + kv_read) / (hw.gpu.hbm_bandwidth * hw.gpu.bandwidth_efficiency * hw.scale)
@@ -100,7 +114,9 @@ def prefill_time(hw: Hardware, prompt_tokens: int, max_num_batched_tokens: int =
     total, done = 0.0, 0
     while done < prompt_tokens:
         chunk = min(max_num_batched_tokens, prompt_tokens - done)
-        total += step_time(hw, StepLoad(prefill_tokens=chunk, prefill_attention_pairs=chunk_attention_pairs(done, chunk)))
+        total += step_time(
+            hw, StepLoad(prefill_tokens=chunk, prefill_attention_pairs=chunk_attention_pairs(done, chunk))
+        )
         done += chunk
     return total
 
@@ -120,8 +136,9 @@ def kv_transfer_time(num_bytes: float, link: InterconnectPreset, parallel_links:
     return link.latency_s + num_bytes / (link.bandwidth * link.efficiency * max(1, parallel_links))
 
 
-def transfer_link(src_rack: str, dst_rack: str, intra_rack: InterconnectPreset,
-                  cross_rack: InterconnectPreset) -> InterconnectPreset:
+def transfer_link(
+    src_rack: str, dst_rack: str, intra_rack: InterconnectPreset, cross_rack: InterconnectPreset
+) -> InterconnectPreset:
     """The link a transfer uses: intra-rack when both instances share a (known) rack, else cross-rack."""
     return intra_rack if src_rack and src_rack == dst_rack else cross_rack
 

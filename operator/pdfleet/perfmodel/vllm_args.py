@@ -10,8 +10,11 @@ import argparse
 from typing import Any
 
 # vLLM's defaults for the flags that bound a replica's batches
-BATCH_LIMIT_DEFAULTS: dict[str, Any] = {"max_num_seqs": 256, "max_num_batched_tokens": 8192,
-                                        "gpu_memory_utilization": 0.9}
+BATCH_LIMIT_DEFAULTS: dict[str, Any] = {
+    "max_num_seqs": 256,
+    "max_num_batched_tokens": 8192,
+    "gpu_memory_utilization": 0.9,
+}
 
 
 def add_vllm_serve_arguments(group: argparse._ActionsContainer) -> None:

@@ -30,13 +30,21 @@ from pdfleet.render.meta import LABEL_INSTANCE
 log = logging.getLogger("pdfleet.operator")
 
 RECONCILES = Counter("pdfleet_operator_reconciles_total", "Reconciles run", ["result"])
-RECONCILE_SECONDS = Histogram("pdfleet_operator_reconcile_duration_seconds", "Wall time of one reconcile",
-                              buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
-RECONCILE_WRITES = Counter("pdfleet_operator_reconcile_writes_total",
-                           "API writes made by reconciles (applies, deletes, status patches)", ["namespace", "pdd"])
-FLEET_PUSHES = Counter("pdfleet_operator_fleet_view_pushes_total",
-                       "Fleet views PUT to router replicas (failed: the router reads the ConfigMap file later)",
-                       ["result"])
+RECONCILE_SECONDS = Histogram(
+    "pdfleet_operator_reconcile_duration_seconds",
+    "Wall time of one reconcile",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+RECONCILE_WRITES = Counter(
+    "pdfleet_operator_reconcile_writes_total",
+    "API writes made by reconciles (applies, deletes, status patches)",
+    ["namespace", "pdd"],
+)
+FLEET_PUSHES = Counter(
+    "pdfleet_operator_fleet_view_pushes_total",
+    "Fleet views PUT to router replicas (failed: the router reads the ConfigMap file later)",
+    ["result"],
+)
 
 RESYNC_SECONDS = float(os.environ.get("PDFLEET_RESYNC_SECONDS", "30"))
 DEBOUNCE_SECONDS = 0.2  # batch the burst of pod/child events one scale-up causes
@@ -75,6 +83,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 
 # --- triggers: everything wakes the per-PDDeployment daemon ---------------------------------------------------
 
+
 @kopf.on.event("pods", labels=MANAGED)
 @kopf.on.event("apps", "v1", "statefulsets", labels=MANAGED)
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
@@ -107,6 +116,7 @@ def pddeployment_deleted(namespace: str, name: str, **_: Any) -> None:
 
 # --- the reconcile loop ----------------------------------------------------------------------------------------
 
+
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -136,8 +146,11 @@ def push_to_routers(key: tuple[str, str], router_view: RouterView, pods: list[Po
     pushed_revision, taken = _router_pushes.get(key, (0, frozenset()))
     if pushed_revision != revision:
         taken = frozenset()
-    routers = {name: url for name, url in router_admin_urls(pods, router_view.admin_port, ready_only=False).items()
-               if name not in taken}
+    routers = {
+        name: url
+        for name, url in router_admin_urls(pods, router_view.admin_port, ready_only=False).items()
+        if name not in taken
+    }
     if not routers:
         return True
     newly, failures = push_fleet_view(routers, router_view.view)
@@ -152,8 +165,9 @@ def push_to_routers(key: tuple[str, str], router_view: RouterView, pods: list[Po
 
 
 @kopf.daemon(API_GROUP, API_VERSION, PLURAL, cancellation_timeout=10)
-async def reconcile_daemon(namespace: str, name: str, body: kopf.Body, stopped: kopf.DaemonStopped,
-                           memo: kopf.Memo, **kwargs: Any) -> None:
+async def reconcile_daemon(
+    namespace: str, name: str, body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, **kwargs: Any
+) -> None:
     wakeup = _wakeups.setdefault((namespace, name), asyncio.Event())
     wakeup.set()
     next_resync = 0.0
@@ -185,11 +199,12 @@ async def reconcile_daemon(namespace: str, name: str, body: kopf.Body, stopped: 
             writes = await asyncio.to_thread(execute_plan, memo.kube, snapshot, plan)
             RECONCILE_WRITES.labels(namespace, name).inc(writes)
             if plan.router_view is not None and not await asyncio.to_thread(
-                    push_to_routers, key, plan.router_view, index_snapshot(kwargs["pod_index"], key)):
+                push_to_routers, key, plan.router_view, index_snapshot(kwargs["pod_index"], key)
+            ):
                 next_resync = time.monotonic() + PUSH_RETRY_SECONDS
             post_events(body, plan.events)
             RECONCILES.labels("ok").inc()
-        except Exception as exc:  # noqa: BLE001 - a failed reconcile is retried on the next wake or resync
+        except Exception as exc:
             RECONCILES.labels("error").inc()
             log.exception("reconcile of %s/%s failed", namespace, name)
             kopf.event(body, type="Warning", reason="ReconcileError", message=str(exc)[:1000])

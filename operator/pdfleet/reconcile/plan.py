@@ -23,7 +23,6 @@ from pdfleet.topology.inventory import node_info
 from pdfleet.topology.placement import Placement, PlacementError, plan_placement
 
 
-
 @dataclass(frozen=True)
 class RouterView:
     """The fleet view of the router ConfigMap, to PUT to each running router's admin port ahead of the kubelet's
@@ -46,8 +45,9 @@ def _condition(type_: str, ok: bool, reason: str, message: str) -> dict[str, str
     return {"type": type_, "status": "True" if ok else "False", "reason": reason, "message": message}
 
 
-def merge_conditions(old: Sequence[Mapping[str, Any]], new: Sequence[dict[str, str]], now: str
-                     ) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+def merge_conditions(
+    old: Sequence[Mapping[str, Any]], new: Sequence[dict[str, str]], now: str
+) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     """Carry lastTransitionTime over unchanged conditions; return (conditions, the ones that changed)."""
     previous = {c.get("type"): c for c in old or []}
     merged, changed = [], []
@@ -64,8 +64,14 @@ def merge_conditions(old: Sequence[Mapping[str, Any]], new: Sequence[dict[str, s
 def fleet_endpoints(spec: PDDeploymentSpec, pods: Sequence[PodState], draining: set[str]) -> list[Endpoint]:
     """Every Ready, addressed, not-terminating engine pod, as the router should see it."""
     return [
-        Endpoint(name=p.name, pool=p.pool, url=f"http://{p.ip}:{spec.engine.port}", rack=p.rack, zone=p.zone,
-                 draining=p.name in draining)
+        Endpoint(
+            name=p.name,
+            pool=p.pool,
+            url=f"http://{p.ip}:{spec.engine.port}",
+            rack=p.rack,
+            zone=p.zone,
+            draining=p.name in draining,
+        )
         for p in sorted(pods, key=lambda p: p.name)
         if p.ready and p.ip and not p.terminating and p.pool in POOLS
     ]
@@ -74,27 +80,42 @@ def fleet_endpoints(spec: PDDeploymentSpec, pods: Sequence[PodState], draining: 
 def pool_status(pool: str, desired: int, pods: Sequence[PodState]) -> dict[str, Any]:
     mine = [p for p in pods if p.pool == pool and not p.terminating]
     ready = sum(p.ready for p in mine)
-    return {"desiredReplicas": desired, "currentReplicas": len(mine), "readyReplicas": ready,
-            "summary": f"{ready}/{desired}"}
+    return {
+        "desiredReplicas": desired,
+        "currentReplicas": len(mine),
+        "readyReplicas": ready,
+        "summary": f"{ready}/{desired}",
+    }
 
 
 def cell_status(placement: Placement, pods: Sequence[PodState]) -> list[dict[str, Any]]:
     return [
-        {"name": c.name, "pool": c.pool, "rack": c.rack, "zone": c.zone, "desired": c.replicas,
-         "ready": sum(p.ready and not p.terminating for p in pods if p.cell == c.name)}
+        {
+            "name": c.name,
+            "pool": c.pool,
+            "rack": c.rack,
+            "zone": c.zone,
+            "desired": c.replicas,
+            "ready": sum(p.ready and not p.terminating for p in pods if p.cell == c.name),
+        }
         for c in placement.cells
     ]
 
 
-def _fleet_conditions(pools: Mapping[str, Mapping[str, Any]],
-                      children: Sequence[ChildState], pods: Sequence[PodState]) -> list[dict[str, str]]:
+def _fleet_conditions(
+    pools: Mapping[str, Mapping[str, Any]], children: Sequence[ChildState], pods: Sequence[PodState]
+) -> list[dict[str, str]]:
     """Ready / Progressing from what runs, whatever the current spec says."""
     unschedulable = sorted({p.unschedulable_message for p in pods if p.unschedulable_message})
     routers = [c for c in children if c.kind == "Deployment"]
     router_ready = any(c.ready_replicas > 0 for c in routers)
     pools_ready = all(pools[p]["readyReplicas"] >= pools[p]["desiredReplicas"] > 0 for p in POOLS)
-    rolling = [c.name for c in children if c.kind in ("StatefulSet", "Deployment")
-               and (c.observed_generation < c.generation or c.updated_replicas < c.replicas)]
+    rolling = [
+        c.name
+        for c in children
+        if c.kind in ("StatefulSet", "Deployment")
+        and (c.observed_generation < c.generation or c.updated_replicas < c.replicas)
+    ]
     not_ready = [f"{p} {pools[p]['summary']}" for p in POOLS if pools[p]["readyReplicas"] < pools[p]["desiredReplicas"]]
     if pools_ready and router_ready:
         ready = _condition("Ready", True, "FleetReady", "all prefill and decode replicas and the router are ready")
@@ -104,9 +125,14 @@ def _fleet_conditions(pools: Mapping[str, Mapping[str, Any]],
         waiting = not_ready + ([] if router_ready else ["router not ready"])
         ready = _condition("Ready", False, "Waiting", "waiting for " + ", ".join(waiting))
     progressing = (
-        _condition("Progressing", True, "RollingOut", "rolling out " + ", ".join(rolling)) if rolling
-        else _condition("Progressing", bool(not_ready), "ScalingPods" if not_ready else "Stable",
-                        ("replicas not ready: " + ", ".join(not_ready)) if not_ready else "fleet matches its spec")
+        _condition("Progressing", True, "RollingOut", "rolling out " + ", ".join(rolling))
+        if rolling
+        else _condition(
+            "Progressing",
+            bool(not_ready),
+            "ScalingPods" if not_ready else "Stable",
+            ("replicas not ready: " + ", ".join(not_ready)) if not_ready else "fleet matches its spec",
+        )
     )
     return [ready, progressing]
 
@@ -149,8 +175,9 @@ def plan_reconcile(
         fleet_record = fleet_view_revision(view, fleet_record)
         view = {**view, "revision": fleet_record["revision"]}
         router_view = RouterView(view, spec.router.admin_port)
-        desired = render_fleet(owner, spec, placement, pdb_api_version=pdb_api_version,
-                               operator_image=operator_image) + [render_router_configmap(owner, view)]
+        desired = render_fleet(
+            owner, spec, placement, pdb_api_version=pdb_api_version, operator_image=operator_image
+        ) + [render_router_configmap(owner, view)]
         running = {(c.kind, c.name): c.applied_hash for c in children}
         for obj in map(with_applied_hash, desired):
             key = (obj["kind"], obj["metadata"]["name"])
@@ -162,40 +189,73 @@ def plan_reconcile(
         cells = cell_status(placement, pods)
     else:
         # Keep reporting what runs under the last good spec.
-        pools = {pool: pool_status(pool, int((old_status.get(pool) or {}).get("desiredReplicas") or 0), pods)
-                 for pool in POOLS}
+        pools = {
+            pool: pool_status(pool, int((old_status.get(pool) or {}).get("desiredReplicas") or 0), pods)
+            for pool in POOLS
+        }
         cells = old_status.get("cells") or []
 
     conditions = _fleet_conditions(pools, children, pods)
-    conditions.append(_condition("InvalidSpec", spec_problem is not None, "SpecError" if spec_problem else "Valid",
-                                 spec_problem or "spec is valid"))
+    conditions.append(
+        _condition(
+            "InvalidSpec",
+            spec_problem is not None,
+            "SpecError" if spec_problem else "Valid",
+            spec_problem or "spec is valid",
+        )
+    )
     if placement_problem is not None:
-        conditions.append(_condition("Degraded", True, placement_problem.reason,
-                                     placement_problem.message + " (running replicas are left as they are)"))
+        conditions.append(
+            _condition(
+                "Degraded",
+                True,
+                placement_problem.reason,
+                placement_problem.message + " (running replicas are left as they are)",
+            )
+        )
     elif spec_problem is not None:
-        conditions.append(_condition("Degraded", True, "SpecRejected",
-                                     "the latest spec was rejected; the fleet keeps running its last valid spec"))
+        conditions.append(
+            _condition(
+                "Degraded",
+                True,
+                "SpecRejected",
+                "the latest spec was rejected; the fleet keeps running its last valid spec",
+            )
+        )
     elif placement is not None and placement.issues:
-        conditions.append(_condition("Degraded", True, placement.issues[0].reason,
-                                     "; ".join(issue.message for issue in placement.issues)))
+        conditions.append(
+            _condition(
+                "Degraded", True, placement.issues[0].reason, "; ".join(issue.message for issue in placement.issues)
+            )
+        )
     else:
         conditions.append(_condition("Degraded", False, "AsPlanned", "placement satisfied"))
     metrics = (old_status.get("autoscaler") or {}).get("metrics")
     if metrics:  # the autoscaler reports what it saw; conditions have one writer, this function
-        conditions.append(_condition("MetricsAvailable", bool(metrics.get("available")), metrics.get("reason", ""),
-                                     metrics.get("message", "")))
+        conditions.append(
+            _condition(
+                "MetricsAvailable",
+                bool(metrics.get("available")),
+                metrics.get("reason", ""),
+                metrics.get("message", ""),
+            )
+        )
 
     merged, changed = merge_conditions(old_status.get("conditions") or [], conditions, now)
     warn_on = {("InvalidSpec", "True"), ("Degraded", "True"), ("Ready", "False"), ("MetricsAvailable", "False")}
     events = tuple(
-        Event("Warning" if (c["type"], c["status"]) in warn_on else "Normal", c["reason"], f"{c['type']}: {c['message']}")
-        for c in changed if old_status.get("conditions") is not None or (c["type"], c["status"]) in warn_on
+        Event(
+            "Warning" if (c["type"], c["status"]) in warn_on else "Normal", c["reason"], f"{c['type']}: {c['message']}"
+        )
+        for c in changed
+        if old_status.get("conditions") is not None or (c["type"], c["status"]) in warn_on
     )
     status = {**old_status, "observedGeneration": generation, **pools, "cells": cells, "conditions": merged}
     if fleet_record:
         status["fleetView"] = fleet_record
-    return ReconcilePlan(applies=tuple(applies), deletes=tuple(deletes), status=status, events=events,
-                         router_view=router_view)
+    return ReconcilePlan(
+        applies=tuple(applies), deletes=tuple(deletes), status=status, events=events, router_view=router_view
+    )
 
 
 def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

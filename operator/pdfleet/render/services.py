@@ -18,8 +18,15 @@ def _port(name: str, port: int) -> dict[str, Any]:
     return {"name": name, "port": port, "targetPort": name, "protocol": "TCP"}
 
 
-def _service(owner: Owner, name: str, labels: dict[str, str], selector: dict[str, str], ports: list[dict[str, Any]],
-             *, headless: bool = False) -> dict[str, Any]:
+def _service(
+    owner: Owner,
+    name: str,
+    labels: dict[str, str],
+    selector: dict[str, str],
+    ports: list[dict[str, Any]],
+    *,
+    headless: bool = False,
+) -> dict[str, Any]:
     spec: dict[str, Any] = {"selector": selector, "ports": ports}
     if headless:
         spec["clusterIP"] = "None"

@@ -13,8 +13,9 @@ from .service import RouterConfig, RouterService
 def parse_args(argv: list[str]) -> RouterConfig:
     """Command line -> RouterConfig."""
     p = argparse.ArgumentParser(prog="pdfleet router", description="OpenAI-compatible rack-aware PD router")
-    p.add_argument("--fleet-file", default=None,
-                   help="fleet view JSON, re-read when it changes (also PUT /admin/fleet)")
+    p.add_argument(
+        "--fleet-file", default=None, help="fleet view JSON, re-read when it changes (also PUT /admin/fleet)"
+    )
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--admin-host", default=None, help="admin listener address (default: --host)")
@@ -28,9 +29,15 @@ def parse_args(argv: list[str]) -> RouterConfig:
     a = p.parse_args(argv)
     logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return RouterConfig(
-        fleet_file=a.fleet_file, host=a.host, port=a.port, admin_host=a.admin_host, admin_port=a.admin_port,
-        fleet_poll_seconds=a.fleet_poll_seconds, health_interval_seconds=a.health_interval,
-        health_timeout_seconds=a.health_timeout, connect_timeout_seconds=a.connect_timeout,
+        fleet_file=a.fleet_file,
+        host=a.host,
+        port=a.port,
+        admin_host=a.admin_host,
+        admin_port=a.admin_port,
+        fleet_poll_seconds=a.fleet_poll_seconds,
+        health_interval_seconds=a.health_interval,
+        health_timeout_seconds=a.health_timeout,
+        connect_timeout_seconds=a.connect_timeout,
         shutdown_grace_seconds=a.shutdown_grace,
     )
 
@@ -43,8 +50,9 @@ async def run(config: RouterConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    logging.getLogger("pdfleet.router").info("router listening on %s:%d (admin %d)", config.host, config.port,
-                                             config.admin_port)
+    logging.getLogger("pdfleet.router").info(
+        "router listening on %s:%d (admin %d)", config.host, config.port, config.admin_port
+    )
     await stop.wait()
     await service.stop()
 

@@ -15,8 +15,20 @@ log = logging.getLogger("pdfleet.router")
 class EndpointState:
     """One upstream engine as the router sees it now (satisfies policy.Candidate)."""
 
-    __slots__ = ("spec", "name", "pool_name", "rack", "zone", "draining", "healthy", "inflight", "pool", "retired",
-                 "host_header", "_heads")
+    __slots__ = (
+        "spec",
+        "name",
+        "pool_name",
+        "rack",
+        "zone",
+        "draining",
+        "healthy",
+        "inflight",
+        "pool",
+        "retired",
+        "host_header",
+        "_heads",
+    )
 
     def __init__(self, spec: EndpointSpec, connect_timeout: float) -> None:
         self.spec = spec
@@ -37,14 +49,23 @@ class EndpointState:
         head = self._heads.get(path)
         if head is None:
             head = b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nX-Request-Id: " % (
-                path, self.host_header)
+                path,
+                self.host_header,
+            )
             self._heads[path] = head
         return head
 
     def as_json(self) -> dict[str, Any]:
         """The /admin/endpoints row (retired endpoints still carrying work show as draining)."""
-        return {"name": self.name, "url": self.spec.url, "pool": self.pool_name, "rack": self.rack,
-                "healthy": self.healthy, "draining": self.draining or self.retired, "inflight": self.inflight}
+        return {
+            "name": self.name,
+            "url": self.spec.url,
+            "pool": self.pool_name,
+            "rack": self.rack,
+            "healthy": self.healthy,
+            "draining": self.draining or self.retired,
+            "inflight": self.inflight,
+        }
 
 
 class EndpointRegistry:

@@ -37,8 +37,21 @@ class ResponseSink(Protocol):
 class UpstreamConnection(asyncio.Protocol):
     """One keep-alive connection to an upstream; carries one exchange at a time."""
 
-    __slots__ = ("pool", "transport", "parser", "sink", "closed", "reused", "_request", "_timer", "_ctype", "_clen",
-                 "_started", "_timeout", "_paused")
+    __slots__ = (
+        "pool",
+        "transport",
+        "parser",
+        "sink",
+        "closed",
+        "reused",
+        "_request",
+        "_timer",
+        "_ctype",
+        "_clen",
+        "_started",
+        "_timeout",
+        "_paused",
+    )
 
     def __init__(self, pool: UpstreamPool) -> None:
         self.pool = pool
@@ -304,8 +317,9 @@ class CollectSink:
             self.done.set_result(None)
 
 
-def request_bytes(method: bytes, path: bytes, host_header: bytes, body: bytes = b"",
-                  extra_headers: bytes = b"") -> bytes:
+def request_bytes(
+    method: bytes, path: bytes, host_header: bytes, body: bytes = b"", extra_headers: bytes = b""
+) -> bytes:
     """A complete HTTP/1.1 request; `extra_headers` is pre-formatted `Name: value\\r\\n` lines."""
     head = b"%s %s HTTP/1.1\r\nHost: %s\r\n%s" % (method, path, host_header, extra_headers)
     if body or method == b"POST":

@@ -41,8 +41,9 @@ class Request:
 
     __slots__ = ("method", "path", "body", "request_id", "keep_alive", "received_at")
 
-    def __init__(self, method: bytes, path: bytes, body: bytes, request_id: bytes | None, keep_alive: bool,
-                 received_at: float) -> None:
+    def __init__(
+        self, method: bytes, path: bytes, body: bytes, request_id: bytes | None, keep_alive: bool, received_at: float
+    ) -> None:
         self.method = method
         self.path = path
         self.body = body
@@ -60,8 +61,21 @@ class Application(Protocol):
 class ClientConnection(asyncio.Protocol):
     """Server side of one client connection."""
 
-    __slots__ = ("app", "loop", "transport", "parser", "closed", "busy", "pending", "upstream", "current",
-                 "paused", "_url", "_body", "_request_id")
+    __slots__ = (
+        "app",
+        "loop",
+        "transport",
+        "parser",
+        "closed",
+        "busy",
+        "pending",
+        "upstream",
+        "current",
+        "paused",
+        "_url",
+        "_body",
+        "_request_id",
+    )
 
     def __init__(self, app: Application, loop: asyncio.AbstractEventLoop) -> None:
         self.app = app

@@ -13,8 +13,29 @@ from typing import Callable, Iterable, Iterator
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0,
-                   10.0, 20.0, 40.0, 80.0)
+LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
 
 
 class LightHistogram:
@@ -65,28 +86,48 @@ class RouterMetrics:
     def collect(self) -> Iterator[Metric]:
         """prometheus_client collector protocol."""
         p = "pdfleet_router_"
-        yield _counter(p + "requests", "Client requests by path and final HTTP status.", ("path", "status"),
-                       [((k[0], str(k[1])), v) for k, v in self.requests.items()])
-        yield _counter(p + "retries", "Leg retries on another endpoint.", ("leg",),
-                       [((k,), v) for k, v in self.retries.items()])
-        yield _counter(p + "fallbacks", "Requests served by a full prefill on a decode after PD failures.", (),
-                       [((), self.fallbacks)])
-        yield _counter(p + "pairs", "Prefill/decode pairs that served a request, by locality.", ("locality",),
-                       [((k,), v) for k, v in self.pairs.items()])
-        yield _counter(p + "kv_handshake_failures", "Two-stage KV handshake failures.", ("reason",),
-                       [((k,), v) for k, v in self.kv_handshake_failures.items()])
+        yield _counter(
+            p + "requests",
+            "Client requests by path and final HTTP status.",
+            ("path", "status"),
+            [((k[0], str(k[1])), v) for k, v in self.requests.items()],
+        )
+        yield _counter(
+            p + "retries", "Leg retries on another endpoint.", ("leg",), [((k,), v) for k, v in self.retries.items()]
+        )
+        yield _counter(
+            p + "fallbacks",
+            "Requests served by a full prefill on a decode after PD failures.",
+            (),
+            [((), self.fallbacks)],
+        )
+        yield _counter(
+            p + "pairs",
+            "Prefill/decode pairs that served a request, by locality.",
+            ("locality",),
+            [((k,), v) for k, v in self.pairs.items()],
+        )
+        yield _counter(
+            p + "kv_handshake_failures",
+            "Two-stage KV handshake failures.",
+            ("reason",),
+            [((k,), v) for k, v in self.kv_handshake_failures.items()],
+        )
         yield _counter(p + "fleet_reloads", "Fleet views applied.", (), [((), self.fleet_reloads)])
         generation = GaugeMetricFamily(p + "fleet_generation", "Generation of the fleet view in use.")
         generation.add_metric([], self.fleet_generation)
         yield generation
-        for name, hist, doc in (("ttft_seconds", self.ttft, "Client-seen time to first streamed chunk."),
-                                ("tpot_seconds", self.tpot, "Client-seen mean time between streamed chunks.")):
+        for name, hist, doc in (
+            ("ttft_seconds", self.ttft, "Client-seen time to first streamed chunk."),
+            ("tpot_seconds", self.tpot, "Client-seen mean time between streamed chunks."),
+        ):
             family = HistogramMetricFamily(p + name, doc)
             family.add_metric([], hist.cumulative(), hist.sum)
             yield family
         inflight = GaugeMetricFamily(p + "inflight", "Requests in flight per endpoint.", labels=("endpoint", "pool"))
-        healthy = GaugeMetricFamily(p + "endpoint_healthy", "1 if the endpoint passes health checks.",
-                                    labels=("endpoint", "pool"))
+        healthy = GaugeMetricFamily(
+            p + "endpoint_healthy", "1 if the endpoint passes health checks.", labels=("endpoint", "pool")
+        )
         for name, pool, count, ok in self.endpoint_rows():
             inflight.add_metric([name, pool], count)
             healthy.add_metric([name, pool], 1 if ok else 0)

@@ -47,8 +47,23 @@ def outcome_of_status(status: int) -> Outcome:
 class StreamSink:
     """Forwards a decode reply to the client as it arrives; holds back error replies so the leg can be retried."""
 
-    __slots__ = ("client", "loop", "done", "status", "content_type", "forward", "chunked", "committed", "parts", "out",
-                 "events", "t_first", "t_last", "error", "outcome")
+    __slots__ = (
+        "client",
+        "loop",
+        "done",
+        "status",
+        "content_type",
+        "forward",
+        "chunked",
+        "committed",
+        "parts",
+        "out",
+        "events",
+        "t_first",
+        "t_last",
+        "error",
+        "outcome",
+    )
 
     def __init__(self, client: ClientConnection, loop: asyncio.AbstractEventLoop) -> None:
         self.client = client
@@ -106,8 +121,10 @@ class StreamSink:
             self.on_batch_end()
         elif self.forward:
             body = b"".join(self.parts)
-            self.client.write(response_head(self.status, self.content_type, False)
-                              + b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            self.client.write(
+                response_head(self.status, self.content_type, False)
+                + b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
             self.committed = True
         else:
             self.outcome = outcome_of_status(self.status)
@@ -195,8 +212,9 @@ class PDRouter:
         stage2 = handshake.decode_request_body(request.body, body, kv_params)
         return await self._decode(conn, request, request_id, prefill, stage2)
 
-    async def _prefill(self, conn: ClientConnection, request: Request, body: dict[str, Any], request_id: bytes,
-                       hashes: tuple[int, ...]) -> tuple[EndpointState, bytes] | str | None:
+    async def _prefill(
+        self, conn: ClientConnection, request: Request, body: dict[str, Any], request_id: bytes, hashes: tuple[int, ...]
+    ) -> tuple[EndpointState, bytes] | str | None:
         """Stage 1 with retries: (prefill, kv_transfer_params), FALLBACK, or None once the client has its answer."""
         rules = self.registry.view.policy
         stage1 = handshake.prefill_request_body(body)
@@ -234,20 +252,25 @@ class PDRouter:
                 return None
             return FALLBACK
 
-    async def _decode(self, conn: ClientConnection, request: Request, request_id: bytes, prefill: EndpointState,
-                      stage2: bytes) -> None:
+    async def _decode(
+        self, conn: ClientConnection, request: Request, request_id: bytes, prefill: EndpointState, stage2: bytes
+    ) -> None:
         """Stage 2 with retries on other decodes, then fallback to the direct path."""
         rules = self.registry.view.policy
         excluded: set[str] = set()
         retries = 0
         while True:
-            decode, locality = policy.choose_decode(self.registry.decodes, prefill, rules.locality, excluded,
-                                                    next(self._tick))
+            decode, locality = policy.choose_decode(
+                self.registry.decodes, prefill, rules.locality, excluded, next(self._tick)
+            )
             if decode is None:
                 if rules.locality == "required" and not excluded:
-                    return self._fail(conn, DISAGGREGATED, 503,
-                                      f"decode leg: no healthy decode endpoint in rack {prefill.rack!r} "
-                                      "(locality: required)")
+                    return self._fail(
+                        conn,
+                        DISAGGREGATED,
+                        503,
+                        f"decode leg: no healthy decode endpoint in rack {prefill.rack!r} (locality: required)",
+                    )
                 break
             sink = await self._stream(conn, decode, request, request_id, stage2, rules.decode_timeout_seconds)
             if sink.outcome is Outcome.OK:
@@ -285,8 +308,9 @@ class PDRouter:
                 self.metrics.retries["decode"] += 1
                 continue
             if decision.action is Action.FAIL:
-                return self._fail(conn, path_label, decision.status,
-                                  f"{path_label} leg failed on decode {decode.name}: {sink.error}")
+                return self._fail(
+                    conn, path_label, decision.status, f"{path_label} leg failed on decode {decode.name}: {sink.error}"
+                )
             return self._conclude(conn, sink, path_label, decision.action)
 
     def _conclude(self, conn: ClientConnection, sink: StreamSink, path_label: str, action: Action) -> None:
@@ -317,22 +341,44 @@ class PDRouter:
             conn.finish(keep_alive=False)
 
     # -- legs -----------------------------------------------------------------------------------------------------
-    async def _collect(self, conn: ClientConnection, endpoint: EndpointState, path: bytes, request_id: bytes,
-                       body: bytes, timeout: float) -> CollectSink:
+    async def _collect(
+        self,
+        conn: ClientConnection,
+        endpoint: EndpointState,
+        path: bytes,
+        request_id: bytes,
+        body: bytes,
+        timeout: float,
+    ) -> CollectSink:
         """A leg whose whole (small) reply is needed: the prefill stage."""
         sink = CollectSink(self.loop)
         await self._run_leg(conn, endpoint, path, request_id, body, timeout, sink)
         return sink
 
-    async def _stream(self, conn: ClientConnection, endpoint: EndpointState, request: Request, request_id: bytes,
-                      body: bytes, timeout: float) -> StreamSink:
+    async def _stream(
+        self,
+        conn: ClientConnection,
+        endpoint: EndpointState,
+        request: Request,
+        request_id: bytes,
+        body: bytes,
+        timeout: float,
+    ) -> StreamSink:
         """A leg whose reply goes to the client as it comes: the decode stage and the direct path."""
         sink = StreamSink(conn, self.loop)
         await self._run_leg(conn, endpoint, request.path, request_id, body, timeout, sink)
         return sink
 
-    async def _run_leg(self, conn: ClientConnection, endpoint: EndpointState, path: bytes, request_id: bytes,
-                       body: bytes, timeout: float, sink: CollectSink | StreamSink) -> None:
+    async def _run_leg(
+        self,
+        conn: ClientConnection,
+        endpoint: EndpointState,
+        path: bytes,
+        request_id: bytes,
+        body: bytes,
+        timeout: float,
+        sink: CollectSink | StreamSink,
+    ) -> None:
         if conn.closed:
             sink.on_failure(UpstreamError(ABORTED, "client disconnected"))
             return

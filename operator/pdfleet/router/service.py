@@ -52,14 +52,22 @@ class RouterService:
         """Switch the fleet view, unless it is older than the one in use (a pushed view is newer than the mounted
         file until the kubelet syncs it); in-flight requests keep their endpoints. True if applied."""
         if view.older_than(self.registry.view):
-            log.info("ignoring fleet view revision %d: revision %d is in use", view.revision,
-                     self.registry.view.revision if self.registry.view else 0)
+            log.info(
+                "ignoring fleet view revision %d: revision %d is in use",
+                view.revision,
+                self.registry.view.revision if self.registry.view else 0,
+            )
             return False
         self.registry.apply(view)
         self.metrics.fleet_generation = view.generation
         self.metrics.fleet_reloads += 1
-        log.info("fleet view generation %d revision %d applied: %d prefill, %d decode", view.generation,
-                 view.revision, len(self.registry.prefills), len(self.registry.decodes))
+        log.info(
+            "fleet view generation %d revision %d applied: %d prefill, %d decode",
+            view.generation,
+            view.revision,
+            len(self.registry.prefills),
+            len(self.registry.decodes),
+        )
         return True
 
     def reload_fleet_file(self) -> bool:
@@ -90,8 +98,11 @@ class RouterService:
         self._servers.append(await serve(AdminApp(self), cfg.admin_host or cfg.host, cfg.admin_port))
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._watch_fleet_file()))
-        self._tasks.append(loop.create_task(
-            health_loop(self.registry, cfg.health_interval_seconds, cfg.health_timeout_seconds, self._stop)))
+        self._tasks.append(
+            loop.create_task(
+                health_loop(self.registry, cfg.health_interval_seconds, cfg.health_timeout_seconds, self._stop)
+            )
+        )
 
     async def _watch_fleet_file(self) -> None:
         while not self._stop.is_set():

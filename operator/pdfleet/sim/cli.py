@@ -22,25 +22,46 @@ from pdfleet.sim.trace import trace_stats
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pdfleet simulate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--trace", action="append", required=True,
-                   help="CSV/JSONL trace, or synthetic:<steady|ramp|burst|diurnal>[:field=value,...]; repeatable")
-    p.add_argument("--policies", default=",".join(POLICY_NAMES),
-                   help=f"comma-separated, from {', '.join(POLICY_NAMES)} and --tuned names (default: all)")
+    p = argparse.ArgumentParser(
+        prog="pdfleet simulate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--trace",
+        action="append",
+        required=True,
+        help="CSV/JSONL trace, or synthetic:<steady|ramp|burst|diurnal>[:field=value,...]; repeatable",
+    )
+    p.add_argument(
+        "--policies",
+        default=",".join(POLICY_NAMES),
+        help=f"comma-separated, from {', '.join(POLICY_NAMES)} and --tuned names (default: all)",
+    )
     p.add_argument("--out", required=True, type=Path, help="output folder (one subfolder per trace)")
     p.add_argument("--load-scale", type=int, default=1, help="superpose N jittered copies of each trace")
     p.add_argument("--limit", type=int, help="keep the first N requests of each trace")
     p.add_argument("--seed", type=int, default=0, help="seed for synthetic traces, load scaling and prefixes")
-    p.add_argument("--fleet", action="append", default=[], metavar="KEY=VALUE",
-                   help="FleetConfig field, e.g. model=llama-3.1-8b gpus_per_replica=1 startup_s=60; repeatable")
-    p.add_argument("--tuned", action="append", default=[], metavar="NAME=JSON",
-                   help="a pdfleet variant: NAME=JSON of API overrides, e.g. "
-                        "'pdfleet-tuned={\"seedCapacity\": true, \"prefill.targetLatencyMs\": 300}', or a planner "
-                        "variant with headroom: 'planner-h={\"prefillUtilization\": 0.4, \"decodeUtilization\": 0.8}'; "
-                        "repeatable")
-    p.add_argument("--shared-prefixes", metavar="GROUPS:TOKENS:SHARE",
-                   help="give SHARE of requests one of GROUPS shared prompt prefixes of TOKENS tokens")
+    p.add_argument(
+        "--fleet",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="FleetConfig field, e.g. model=llama-3.1-8b gpus_per_replica=1 startup_s=60; repeatable",
+    )
+    p.add_argument(
+        "--tuned",
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help="a pdfleet variant: NAME=JSON of API overrides, e.g. "
+        '\'pdfleet-tuned={"seedCapacity": true, "prefill.targetLatencyMs": 300}\', or a planner '
+        'variant with headroom: \'planner-h={"prefillUtilization": 0.4, "decodeUtilization": 0.8}\'; '
+        "repeatable",
+    )
+    p.add_argument(
+        "--shared-prefixes",
+        metavar="GROUPS:TOKENS:SHARE",
+        help="give SHARE of requests one of GROUPS shared prompt prefixes of TOKENS tokens",
+    )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     return p
 
@@ -98,8 +119,11 @@ def main(argv: list[str]) -> int:
         out = args.out / workload.name
         out.mkdir(parents=True, exist_ok=True)
         stats = trace_stats(workload.requests)
-        print(f"== {workload.name}: {stats['requests']} requests over {stats['duration_s']:.0f} s "
-              f"({stats['rate_rps']:.1f} req/s)", flush=True)
+        print(
+            f"== {workload.name}: {stats['requests']} requests over {stats['duration_s']:.0f} s "
+            f"({stats['rate_rps']:.1f} req/s)",
+            flush=True,
+        )
         rows, runs = [], []
         for name in policies:
             base = next((b for b in TUNABLE if name.startswith(b)), name) if name in tuned else name
@@ -122,15 +146,27 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _write(out: Path, name: str, stats: dict, fleet: Any, tuned: dict, rows: list, runs: list, table: str,
-           verdict: list[str]) -> None:
+def _write(
+    out: Path, name: str, stats: dict, fleet: Any, tuned: dict, rows: list, runs: list, table: str, verdict: list[str]
+) -> None:
     fleet_fields = {f.name: getattr(fleet, f.name) for f in dataclasses.fields(fleet)}
     (out / "summary.md").write_text(
         f"# {name}\n\n{stats['requests']} requests, {stats['duration_s']:.0f} s, {stats['rate_rps']:.2f} req/s, "
         f"mean prompt {stats['mean_prompt']:.0f}, mean output {stats['mean_output']:.0f} tokens\n\n"
         f"Fleet: `{json.dumps(fleet_fields)}`\n\nTuned variants: `{json.dumps(tuned)}`\n\n{table}\n\n"
-        + "\n".join(f"- {line}" for line in verdict) + "\n")
-    (out / "summary.json").write_text(json.dumps({
-        "trace": name, "stats": stats, "fleet": fleet_fields, "tuned": tuned,
-        "policies": [dataclasses.asdict(r) | {"wall_s": run.wall_s} for r, run in zip(rows, runs)],
-    }, indent=2, default=str))
+        + "\n".join(f"- {line}" for line in verdict)
+        + "\n"
+    )
+    (out / "summary.json").write_text(
+        json.dumps(
+            {
+                "trace": name,
+                "stats": stats,
+                "fleet": fleet_fields,
+                "tuned": tuned,
+                "policies": [dataclasses.asdict(r) | {"wall_s": run.wall_s} for r, run in zip(rows, runs)],
+            },
+            indent=2,
+            default=str,
+        )
+    )

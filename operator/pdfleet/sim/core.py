@@ -157,8 +157,11 @@ class Simulation:
         per_rack = {rack: 0 for rack in self.rack_gpus}
         for r in self._active(pool):
             per_rack[r.engine.rack] += 1
-        fits = [rack for rack, used in self.rack_gpus.items()
-                if used + self.fleet.gpus_per_replica <= self.fleet.gpus_per_rack]
+        fits = [
+            rack
+            for rack, used in self.rack_gpus.items()
+            if used + self.fleet.gpus_per_replica <= self.fleet.gpus_per_rack
+        ]
         if not fits:
             return None
         return min(fits, key=lambda rack: (per_rack[rack], self.rack_gpus[rack], rack))
@@ -172,10 +175,18 @@ class Simulation:
         if pool == "prefill" or not fleet.disaggregated:
             prefix_blocks = int(fleet.kv_capacity_tokens * fleet.prefix_cache_fraction) // fleet.prefix_block_tokens
         engine = SimEngine(
-            f"{pool}-{next(self._names)}", pool, rack, self.zone_of[rack], fleet.hardware,
-            max_num_seqs=fleet.max_num_seqs, max_num_batched_tokens=fleet.max_num_batched_tokens,
-            kv_capacity_tokens=fleet.kv_capacity_tokens, prefix_cache_blocks=prefix_blocks,
-            prefix_block_tokens=fleet.prefix_block_tokens, stats=self.stats[pool])
+            f"{pool}-{next(self._names)}",
+            pool,
+            rack,
+            self.zone_of[rack],
+            fleet.hardware,
+            max_num_seqs=fleet.max_num_seqs,
+            max_num_batched_tokens=fleet.max_num_batched_tokens,
+            kv_capacity_tokens=fleet.kv_capacity_tokens,
+            prefix_cache_blocks=prefix_blocks,
+            prefix_block_tokens=fleet.prefix_block_tokens,
+            stats=self.stats[pool],
+        )
         ready_at = self.now if ready_now else self.now + fleet.startup_s
         replica = Replica(engine, fleet.gpus_per_replica, self.now, ready_at)
         self.rack_gpus[rack] += fleet.gpus_per_replica
@@ -192,8 +203,12 @@ class Simulation:
         self.rack_gpus[replica.engine.rack] -= replica.gpus
 
     def _retire_if_drained(self, replica: Replica) -> None:
-        if replica.engine.draining and replica.removed_at is None and replica.engine.idle \
-                and replica.engine.inflight == 0:
+        if (
+            replica.engine.draining
+            and replica.removed_at is None
+            and replica.engine.idle
+            and replica.engine.inflight == 0
+        ):
             self._remove(replica)
             self._record_sizes(replica.engine.pool)
 
@@ -233,10 +248,14 @@ class Simulation:
         for pool in self.pools:
             engines = self._ready_engines(pool)
             out[pool] = self.stats[pool].reading(
-                now, window_s, percentile, reporting=len(engines),
+                now,
+                window_s,
+                percentile,
+                reporting=len(engines),
                 queue_total=float(sum(e.queued for e in engines)),
                 running_total=float(sum(e.running for e in engines)),
-                kv_usage=sum(e.kv_usage for e in engines) / len(engines) if engines else 0.0)
+                kv_usage=sum(e.kv_usage for e in engines) / len(engines) if engines else 0.0,
+            )
         return out
 
     def client_window(self, now: float, window_s: float) -> dict[str, float]:
@@ -405,8 +424,17 @@ class Simulation:
                 self._arrive(record)
             else:
                 break
-        return SimResult(self.policy.name, self.fleet, self.records, self.all_replicas, self.timeline, horizon,
-                         self.now, self.events, self.decisions)
+        return SimResult(
+            self.policy.name,
+            self.fleet,
+            self.records,
+            self.all_replicas,
+            self.timeline,
+            horizon,
+            self.now,
+            self.events,
+            self.decisions,
+        )
 
     def _become_ready(self, replica: Replica) -> None:
         if replica.removed_at is not None:
@@ -422,4 +450,3 @@ class Simulation:
             if target != self.desired(pool):
                 self.scale(pool, target)
         self._push(self.now + (self.policy.interval_s or 0.0), _TICK, None)
-

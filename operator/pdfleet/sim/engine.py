@@ -12,8 +12,8 @@ prefix blocks (automatic prefix caching), so a cached prefix is not recomputed.
 from __future__ import annotations
 
 import heapq
-import math
 from collections import OrderedDict, deque
+
 from pdfleet.perfmodel.timing import Hardware, StepLoad, chunk_attention_pairs, step_time
 from pdfleet.sim.observe import PoolStats
 
@@ -24,11 +24,22 @@ MIN_SPAN_STEPS = 8
 class SimSeq:
     """A request's stay on one engine: `prompt` tokens of which `cached` need no compute, then `output` tokens."""
 
-    __slots__ = ("request", "arrival", "prompt", "cached", "output", "prefix", "computed", "end_mark",
-                 "first_token_at", "finished_at")
+    __slots__ = (
+        "request",
+        "arrival",
+        "prompt",
+        "cached",
+        "output",
+        "prefix",
+        "computed",
+        "end_mark",
+        "first_token_at",
+        "finished_at",
+    )
 
-    def __init__(self, request: object, arrival: float, prompt: int, output: int, cached: int = 0,
-                 prefix: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self, request: object, arrival: float, prompt: int, output: int, cached: int = 0, prefix: tuple[int, ...] = ()
+    ) -> None:
         self.request = request  # the simulator's record of the whole request
         self.arrival = arrival
         self.prompt = prompt
@@ -44,9 +55,21 @@ class SimSeq:
 class SimEngine:
     """Scheduler state and timing of one instance; the simulator drives it with submit() and step_done()."""
 
-    def __init__(self, name: str, pool: str, rack: str, zone: str, hw: Hardware, *, max_num_seqs: int,
-                 max_num_batched_tokens: int, kv_capacity_tokens: int, prefix_cache_blocks: int = 0,
-                 prefix_block_tokens: int = 64, stats: PoolStats | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        pool: str,
+        rack: str,
+        zone: str,
+        hw: Hardware,
+        *,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        kv_capacity_tokens: int,
+        prefix_cache_blocks: int = 0,
+        prefix_block_tokens: int = 64,
+        stats: PoolStats | None = None,
+    ) -> None:
         self.name, self.pool, self.rack, self.zone = name, pool, rack, zone
         self.hw = hw
         self.max_num_seqs = max_num_seqs

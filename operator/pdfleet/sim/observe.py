@@ -74,8 +74,12 @@ class PoolStats:
         t0 = self._snap_times[i]
         p0, g0, f0, s0 = self._snaps[i]
         span = max(now - t0, 1e-9)
-        return ((self.prompt_tokens - p0) / span, (self.generated_tokens - g0) / span, (self.finished - f0) / span,
-                (self.decode_seq_seconds - s0) / span)
+        return (
+            (self.prompt_tokens - p0) / span,
+            (self.generated_tokens - g0) / span,
+            (self.finished - f0) / span,
+            (self.decode_seq_seconds - s0) / span,
+        )
 
     def ttft_quantile(self, now: float, window_s: float, q: float) -> float | None:
         """q-quantile of engine TTFT over the window."""
@@ -85,8 +89,16 @@ class PoolStats:
         """q-quantile of inter-token latency (token-weighted) over the window."""
         return weighted_quantile([(dt, float(n)) for t, dt, n in self.itl if t >= now - window_s], q)
 
-    def reading(self, now: float, window_s: float, percentile: float, reporting: int, queue_total: float,
-                running_total: float, kv_usage: float) -> PoolSignals:
+    def reading(
+        self,
+        now: float,
+        window_s: float,
+        percentile: float,
+        reporting: int,
+        queue_total: float,
+        running_total: float,
+        kv_usage: float,
+    ) -> PoolSignals:
         """The pool as the autoscaler's PromQL would read it at `now`."""
         prompt_tps, gen_tps, rate, _ = self.rates(now, window_s)
         q = percentile / 100.0

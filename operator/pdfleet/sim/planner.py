@@ -54,8 +54,14 @@ def corrections(fleet: FleetConfig, obs: PlannerObservation) -> PlannerCorrectio
     return PlannerCorrections(prefill, decode)
 
 
-def plan_replicas(fleet: FleetConfig, obs: PlannerObservation, corr: PlannerCorrections, interval_s: float,
-                  max_replicas: int, utilization: tuple[float, float] = (1.0, 1.0)) -> dict[str, int]:
+def plan_replicas(
+    fleet: FleetConfig,
+    obs: PlannerObservation,
+    corr: PlannerCorrections,
+    interval_s: float,
+    max_replicas: int,
+    utilization: tuple[float, float] = (1.0, 1.0),
+) -> dict[str, int]:
     """Replicas per pool for the next interval (constant load prediction); `utilization` = (prefill, decode) share of
     the profiled throughput a replica is sized for (Dynamo: 1.0 each)."""
     prompt_tps = obs.requests * obs.isl / interval_s * min(1.0, corr.prefill)
@@ -87,9 +93,16 @@ class PlannerPolicy:
         current = {pool: view.desired(pool) for pool in ("prefill", "decode")}
         if window["requests"] <= 0:
             return current
-        obs = PlannerObservation(window["requests"], window["isl"], window["osl"], window["ttft"], window["itl"],
-                                 window["decode_batch"])
+        obs = PlannerObservation(
+            window["requests"], window["isl"], window["osl"], window["ttft"], window["itl"], window["decode_batch"]
+        )
         corr = corrections(view.fleet, obs)
         self.history.append((now, corr))
-        return plan_replicas(view.fleet, obs, corr, self.interval_s, view.fleet.max_replicas,
-                             (self.prefill_utilization, self.decode_utilization))
+        return plan_replicas(
+            view.fleet,
+            obs,
+            corr,
+            self.interval_s,
+            view.fleet.max_replicas,
+            (self.prefill_utilization, self.decode_utilization),
+        )

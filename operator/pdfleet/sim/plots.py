@@ -8,10 +8,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+import matplotlib.pyplot as plt
 
-from pdfleet.sim.core import SimResult  # noqa: E402
-from pdfleet.sim.report import PolicySummary, timeline  # noqa: E402
+from pdfleet.sim.core import SimResult
+from pdfleet.sim.report import PolicySummary, timeline
 
 
 def _steps(result: SimResult, pool: str) -> tuple[list[float], list[int], list[int]]:
@@ -64,8 +64,9 @@ def plot_sla_vs_cost(rows: list[PolicySummary], path: Path, title: str) -> None:
         if math.isnan(row.sla_attainment):
             continue
         ax.scatter(row.gpu_hours, row.sla_attainment * 100)
-        ax.annotate(row.policy, (row.gpu_hours, row.sla_attainment * 100), textcoords="offset points",
-                    xytext=(5, 5), fontsize=8)
+        ax.annotate(
+            row.policy, (row.gpu_hours, row.sla_attainment * 100), textcoords="offset points", xytext=(5, 5), fontsize=8
+        )
     ax.axhline(99, color="gray", linestyle=":", label="99 % target")
     ax.set_xlabel("GPU-hours")
     ax.set_ylabel("SLA attainment %")

@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
+from pdfleet import POOLS
 from pdfleet.api.model import PDDeploymentSpec
 from pdfleet.autoscale.config import FleetPolicyConfig, policy_config_from_spec
 from pdfleet.autoscale.fleet_decision import decide_fleet
 from pdfleet.autoscale.policy import PoolScalerState, Recommendation
 from pdfleet.sim.config import FleetConfig
-from pdfleet import POOLS
 from pdfleet.sim.core import COLOCATED_POOL, FleetView, ScalingPolicy
 from pdfleet.sim.planner import PlannerPolicy
 from pdfleet.sim.profile import mean_lengths, sla_capacity, static_sizes
@@ -61,8 +61,10 @@ class AutoscalerPolicy:
 
     def initial(self, fleet: FleetConfig) -> dict[str, int]:
         """Start at the given counts, as if the autoscaler had recommended them until the trace began."""
-        self.states = {pool: PoolScalerState(recommendations=(Recommendation(0.0, count),))
-                       for pool, count in self.initial_replicas.items()}
+        self.states = {
+            pool: PoolScalerState(recommendations=(Recommendation(0.0, count),))
+            for pool, count in self.initial_replicas.items()
+        }
         return dict(self.initial_replicas)
 
     def decide(self, now: float, view: FleetView) -> dict[str, int]:
@@ -100,26 +102,42 @@ def pdfleet_config(fleet: FleetConfig, tuning: Mapping[str, Any] | None = None) 
                 settings[name] = value
         else:
             raise ValueError(f"unknown tuning key {key!r}")
-    spec = PDDeploymentSpec.model_validate({
-        "model": {"name": fleet.model},
-        # the engine args and GPU label the operator reads the capacity prior from, as a real PDDeployment sets them
-        "engine": {"args": ["--max-num-seqs", str(fleet.max_num_seqs),
-                            "--max-num-batched-tokens", str(fleet.max_num_batched_tokens),
-                            "--gpu-memory-utilization", str(fleet.gpu_memory_utilization)]},
-        "kvTransfer": {"cacheDtype": _api_cache_dtype(fleet.kv_cache_dtype)},
-        **{p: {"gpusPerReplica": fleet.gpus_per_replica, "gpuProduct": fleet.gpu, "autoscaling": pools[p]}
-           for p in POOLS},
-        "sla": {"ttftMs": fleet.ttft_ms, "tpotMs": fleet.tpot_ms, "percentile": fleet.percentile},
-        "autoscaler": autoscaler,
-    })
+    spec = PDDeploymentSpec.model_validate(
+        {
+            "model": {"name": fleet.model},
+            # the engine args and GPU label the operator reads the capacity prior from, as a real PDDeployment sets them
+            "engine": {
+                "args": [
+                    "--max-num-seqs",
+                    str(fleet.max_num_seqs),
+                    "--max-num-batched-tokens",
+                    str(fleet.max_num_batched_tokens),
+                    "--gpu-memory-utilization",
+                    str(fleet.gpu_memory_utilization),
+                ]
+            },
+            "kvTransfer": {"cacheDtype": _api_cache_dtype(fleet.kv_cache_dtype)},
+            **{
+                p: {"gpusPerReplica": fleet.gpus_per_replica, "gpuProduct": fleet.gpu, "autoscaling": pools[p]}
+                for p in POOLS
+            },
+            "sla": {"ttftMs": fleet.ttft_ms, "tpotMs": fleet.tpot_ms, "percentile": fleet.percentile},
+            "autoscaler": autoscaler,
+        }
+    )
     return policy_config_from_spec(spec)
 
 
 def hpa_queue_config(fleet: FleetConfig) -> FleetPolicyConfig:
     """The operator's policy with only the queue signal and HPA's default scale-up/down behaviour."""
     base = pdfleet_config(fleet)
-    only_queue = dict(target_latency_ms=0.0, capacity_tokens_per_s=None, max_scale_up_step=HPA_SCALE_UP_PODS,
-                      max_scale_down_step=0, plain_hpa=True)
+    only_queue = dict(
+        target_latency_ms=0.0,
+        capacity_tokens_per_s=None,
+        max_scale_up_step=HPA_SCALE_UP_PODS,
+        max_scale_down_step=0,
+        plain_hpa=True,
+    )
     return replace(base, prefill=replace(base.prefill, **only_queue), decode=replace(base.decode, **only_queue))
 
 
@@ -137,8 +155,9 @@ def planner_options(tuning: Mapping[str, Any]) -> dict[str, float]:
     return options
 
 
-def build_policy(name: str, fleet: FleetConfig, trace: list[TraceRequest],
-                 tuning: Mapping[str, Any] | None = None) -> tuple[ScalingPolicy, FleetConfig]:
+def build_policy(
+    name: str, fleet: FleetConfig, trace: list[TraceRequest], tuning: Mapping[str, Any] | None = None
+) -> tuple[ScalingPolicy, FleetConfig]:
     """The named policy and the fleet it runs on (colocated runs the fleet with disaggregation off).
 
     `tuning` for "pdfleet*" names is pdfleet_config's, plus "seedCapacity": true to set each pool's

@@ -76,8 +76,10 @@ def static_sizes(fleet: FleetConfig, trace: list[TraceRequest]) -> dict[str, dic
     capacity = sla_capacity(fleet, isl, osl)
 
     def need(prompt_tps: float, gen_tps: float) -> dict[str, int]:
-        return {"prefill": max(1, math.ceil(prompt_tps / capacity["prefill"])),
-                "decode": max(1, math.ceil(gen_tps / capacity["decode"]))}
+        return {
+            "prefill": max(1, math.ceil(prompt_tps / capacity["prefill"])),
+            "decode": max(1, math.ceil(gen_tps / capacity["decode"])),
+        }
 
     minutes = [need(prompt_tps, gen_tps) for _, prompt_tps, gen_tps in demand_series(trace)] or [need(0.0, 0.0)]
     peak = {pool: max(minute[pool] for minute in minutes) for pool in ("prefill", "decode")}

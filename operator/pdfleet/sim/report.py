@@ -51,8 +51,10 @@ def gpu_hours(result: SimResult) -> float:
 
 def peak_gpus(result: SimResult) -> int:
     """Most GPUs held at once."""
-    changes = sorted([(r.created_at, r.gpus) for r in result.replicas]
-                     + [(r.removed_at, -r.gpus) for r in result.replicas if r.removed_at is not None])
+    changes = sorted(
+        [(r.created_at, r.gpus) for r in result.replicas]
+        + [(r.removed_at, -r.gpus) for r in result.replicas if r.removed_at is not None]
+    )
     held = peak = 0
     for _, delta in changes:
         held += delta
@@ -78,9 +80,15 @@ def summarize(result: SimResult) -> PolicySummary:
     hours = gpu_hours(result)
     tokens = sum(r.request.prompt_tokens + r.request.output_tokens for r in result.records)
     return PolicySummary(
-        policy=result.policy, requests=n, completed=len(done),
-        ttft_p50_ms=quantile(ttft, 0.5), ttft_p90_ms=quantile(ttft, 0.9), ttft_p99_ms=quantile(ttft, 0.99),
-        tpot_p50_ms=quantile(tpot, 0.5), tpot_p90_ms=quantile(tpot, 0.9), tpot_p99_ms=quantile(tpot, 0.99),
+        policy=result.policy,
+        requests=n,
+        completed=len(done),
+        ttft_p50_ms=quantile(ttft, 0.5),
+        ttft_p90_ms=quantile(ttft, 0.9),
+        ttft_p99_ms=quantile(ttft, 0.99),
+        tpot_p50_ms=quantile(tpot, 0.5),
+        tpot_p90_ms=quantile(tpot, 0.9),
+        tpot_p99_ms=quantile(tpot, 0.99),
         sla_attainment=good / n if n else math.nan,
         goodput_rps=good / max(result.horizon_s, 1e-9),
         gpu_hours=hours,
@@ -92,12 +100,20 @@ def summarize(result: SimResult) -> PolicySummary:
 
 
 COLUMNS = (
-    ("policy", "policy", "{}"), ("requests", "requests", "{}"),
-    ("ttft_p50_ms", "TTFT p50 ms", "{:.0f}"), ("ttft_p90_ms", "p90", "{:.0f}"), ("ttft_p99_ms", "p99", "{:.0f}"),
-    ("tpot_p50_ms", "TPOT p50 ms", "{:.1f}"), ("tpot_p90_ms", "p90", "{:.1f}"), ("tpot_p99_ms", "p99", "{:.1f}"),
-    ("sla_attainment", "SLA %", "{:.2%}"), ("goodput_rps", "goodput req/s", "{:.2f}"),
-    ("gpu_hours", "GPU-h", "{:.1f}"), ("cost_per_mtok_usd", "$/Mtok", "{:.3f}"),
-    ("cost_per_good_mtok_usd", "$/good Mtok", "{:.3f}"), ("peak_gpus", "peak GPUs", "{}"),
+    ("policy", "policy", "{}"),
+    ("requests", "requests", "{}"),
+    ("ttft_p50_ms", "TTFT p50 ms", "{:.0f}"),
+    ("ttft_p90_ms", "p90", "{:.0f}"),
+    ("ttft_p99_ms", "p99", "{:.0f}"),
+    ("tpot_p50_ms", "TPOT p50 ms", "{:.1f}"),
+    ("tpot_p90_ms", "p90", "{:.1f}"),
+    ("tpot_p99_ms", "p99", "{:.1f}"),
+    ("sla_attainment", "SLA %", "{:.2%}"),
+    ("goodput_rps", "goodput req/s", "{:.2f}"),
+    ("gpu_hours", "GPU-h", "{:.1f}"),
+    ("cost_per_mtok_usd", "$/Mtok", "{:.3f}"),
+    ("cost_per_good_mtok_usd", "$/good Mtok", "{:.3f}"),
+    ("peak_gpus", "peak GPUs", "{}"),
 )
 
 
@@ -116,8 +132,9 @@ def markdown_table(rows: list[PolicySummary], baseline: str = "static-peak") -> 
 
 def _dominates(ours: PolicySummary, theirs: PolicySummary) -> bool:
     """Better on one axis (SLA attainment, GPU-hours) and not worse on the other."""
-    return ((ours.sla_attainment > theirs.sla_attainment and ours.gpu_hours <= theirs.gpu_hours)
-            or (ours.gpu_hours < theirs.gpu_hours and ours.sla_attainment >= theirs.sla_attainment))
+    return (ours.sla_attainment > theirs.sla_attainment and ours.gpu_hours <= theirs.gpu_hours) or (
+        ours.gpu_hours < theirs.gpu_hours and ours.sla_attainment >= theirs.sla_attainment
+    )
 
 
 def _family(rows: list[PolicySummary], name: str) -> list[PolicySummary]:
@@ -135,38 +152,49 @@ def target_verdict(rows: list[PolicySummary], policy: str = "pdfleet") -> list[s
     ours = by_name.get(policy)
     if ours is None:
         return []
-    lines = [f"{policy}: SLA attainment {ours.sla_attainment:.2%} (target >= 99 %): "
-             f"{'met' if ours.sla_attainment >= 0.99 else 'NOT met'}"]
+    lines = [
+        f"{policy}: SLA attainment {ours.sla_attainment:.2%} (target >= 99 %): "
+        f"{'met' if ours.sla_attainment >= 0.99 else 'NOT met'}"
+    ]
     peak = by_name.get("static-peak")
     if peak:
         ratio = ours.gpu_hours / peak.gpu_hours
-        lines.append(f"{policy}: GPU-hours {ratio:.2f}x static-peak (target <= 0.80x): "
-                     f"{'met' if ratio <= 0.8 else 'NOT met'}")
+        lines.append(
+            f"{policy}: GPU-hours {ratio:.2f}x static-peak (target <= 0.80x): {'met' if ratio <= 0.8 else 'NOT met'}"
+        )
     for other in ("hpa-queue", "planner"):
         theirs = by_name.get(other)
         if theirs is None:
             continue
         dominates = _dominates(ours, theirs)
-        lines.append(f"{policy} vs {other}: SLA {ours.sla_attainment:.2%} vs {theirs.sla_attainment:.2%}, "
-                     f"GPU-h {ours.gpu_hours:.1f} vs {theirs.gpu_hours:.1f}: "
-                     f"{'better on one axis, not worse on the other' if dominates else 'does NOT dominate'}")
+        lines.append(
+            f"{policy} vs {other}: SLA {ours.sla_attainment:.2%} vs {theirs.sla_attainment:.2%}, "
+            f"GPU-h {ours.gpu_hours:.1f} vs {theirs.gpu_hours:.1f}: "
+            f"{'better on one axis, not worse on the other' if dominates else 'does NOT dominate'}"
+        )
         if dominates:
             continue
         family = _family(rows, other)
         reaching = [r for r in family if r.sla_attainment >= ours.sla_attainment]
         if reaching:
             cheapest = min(reaching, key=lambda r: r.gpu_hours)
-            lines.append(f"  at equal SLA: the cheapest {other} run reaching {ours.sla_attainment:.2%} is "
-                         f"{cheapest.policy} with {cheapest.gpu_hours:.1f} GPU-h vs {ours.gpu_hours:.1f}")
+            lines.append(
+                f"  at equal SLA: the cheapest {other} run reaching {ours.sla_attainment:.2%} is "
+                f"{cheapest.policy} with {cheapest.gpu_hours:.1f} GPU-h vs {ours.gpu_hours:.1f}"
+            )
         elif len(family) > 1:
             best = max(family, key=lambda r: r.sla_attainment)
-            lines.append(f"  at equal SLA: no {other} run reaches {ours.sla_attainment:.2%} (best: {best.policy}, "
-                         f"{best.sla_attainment:.2%} at {best.gpu_hours:.1f} GPU-h)")
+            lines.append(
+                f"  at equal SLA: no {other} run reaches {ours.sla_attainment:.2%} (best: {best.policy}, "
+                f"{best.sla_attainment:.2%} at {best.gpu_hours:.1f} GPU-h)"
+            )
         beaten = [r for r in _family(rows, policy) if _dominates(r, theirs)]
         if beaten:
             best = max(beaten, key=lambda r: r.sla_attainment)
-            lines.append(f"  at equal cost: {best.policy} dominates {other} "
-                         f"(SLA {best.sla_attainment:.2%}, GPU-h {best.gpu_hours:.1f})")
+            lines.append(
+                f"  at equal cost: {best.policy} dominates {other} "
+                f"(SLA {best.sla_attainment:.2%}, GPU-h {best.gpu_hours:.1f})"
+            )
     return lines
 
 

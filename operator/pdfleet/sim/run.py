@@ -24,14 +24,20 @@ class Workload:
     requests: list[TraceRequest]
 
 
-def load_workload(spec: str, load_scale: int = 1, seed: int = 0, limit: int | None = None,
-                  shared_prefixes: tuple[int, int, float] | None = None, prefix_block_tokens: int = 64) -> Workload:
+def load_workload(
+    spec: str,
+    load_scale: int = 1,
+    seed: int = 0,
+    limit: int | None = None,
+    shared_prefixes: tuple[int, int, float] | None = None,
+    prefix_block_tokens: int = 64,
+) -> Workload:
     """A trace file (CSV/JSONL) or 'synthetic:<profile>' (see workload.parse_profile), scaled and with prefixes.
 
     `shared_prefixes` is (groups, prefix tokens, share of requests), see trace.add_shared_prefixes.
     """
     if spec.startswith(SYNTHETIC_PREFIX):
-        profile_text = spec[len(SYNTHETIC_PREFIX):]
+        profile_text = spec[len(SYNTHETIC_PREFIX) :]
         requests = generate(parse_profile(profile_text), seed)
         name = "synthetic-" + profile_text.partition(":")[0]
     else:
@@ -56,8 +62,13 @@ class TimedRun:
     wall_s: float
 
 
-def run_policy(name: str, fleet: FleetConfig, requests: list[TraceRequest],
-               tuning: Mapping[str, Any] | None = None, label: str | None = None) -> TimedRun:
+def run_policy(
+    name: str,
+    fleet: FleetConfig,
+    requests: list[TraceRequest],
+    tuning: Mapping[str, Any] | None = None,
+    label: str | None = None,
+) -> TimedRun:
     """Simulate one named policy on a trace; `label` renames it in the result (e.g. a tuned variant)."""
     policy, policy_fleet = build_policy(name, fleet, requests, tuning)
     if label:

@@ -105,8 +105,11 @@ def write_jsonl(requests: Iterable[TraceRequest], path: str | Path) -> None:
     """Write a trace in the generic JSON Lines form `read_trace` reads back."""
     with Path(path).open("w") as handle:
         for r in requests:
-            record: dict[str, Any] = {"arrival_s": round(r.arrival, 6), "prompt_tokens": r.prompt_tokens,
-                                      "output_tokens": r.output_tokens}
+            record: dict[str, Any] = {
+                "arrival_s": round(r.arrival, 6),
+                "prompt_tokens": r.prompt_tokens,
+                "output_tokens": r.output_tokens,
+            }
             if r.prefix_blocks:
                 record["prefix_blocks"] = list(r.prefix_blocks)
             handle.write(json.dumps(record) + "\n")

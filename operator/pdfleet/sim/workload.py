@@ -77,11 +77,13 @@ def generate(profile: LoadProfile, seed: int = 0) -> list[TraceRequest]:
         if t >= profile.duration_s:
             return requests
         if rng.random() * envelope <= rate_at(profile, t):
-            requests.append(TraceRequest(
-                arrival=t,
-                prompt_tokens=_length(rng, profile.prompt_median, profile.prompt_sigma, profile.prompt_max),
-                output_tokens=_length(rng, profile.output_median, profile.output_sigma, profile.output_max),
-            ))
+            requests.append(
+                TraceRequest(
+                    arrival=t,
+                    prompt_tokens=_length(rng, profile.prompt_median, profile.prompt_sigma, profile.prompt_max),
+                    output_tokens=_length(rng, profile.output_median, profile.output_sigma, profile.output_max),
+                )
+            )
 
 
 def parse_profile(text: str) -> LoadProfile:

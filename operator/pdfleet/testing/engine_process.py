@@ -1,7 +1,7 @@
 """Start and stop emulator processes on 127.0.0.1 for tests, benchmarks and demos.
 
-    with start_engine("prefill", rack="rack-a") as prefill, start_engine("decode", rack="rack-a") as decode:
-        httpx.post(prefill.url + "/v1/completions", ...)
+with start_engine("prefill", rack="rack-a") as prefill, start_engine("decode", rack="rack-a") as decode:
+    httpx.post(prefill.url + "/v1/completions", ...)
 """
 
 from __future__ import annotations
@@ -88,30 +88,63 @@ class EngineProcess:
         self.stop()
 
 
-def engine_command(role: str, port: int, *, host: str = "127.0.0.1", rack: str = "", model: str = DEFAULT_MODEL,
-                   served_model_name: str | None = None, extra_args: Sequence[str] = ()) -> list[str]:
+def engine_command(
+    role: str,
+    port: int,
+    *,
+    host: str = "127.0.0.1",
+    rack: str = "",
+    model: str = DEFAULT_MODEL,
+    served_model_name: str | None = None,
+    extra_args: Sequence[str] = (),
+) -> list[str]:
     """The `python -m pdfleet engine serve ...` command line for one instance."""
     if role not in KV_ROLE_BY_ROLE:
         raise ValueError(f"role must be one of {', '.join(KV_ROLE_BY_ROLE)}")
     kv_config = {"kv_connector": "NixlConnector", "kv_role": KV_ROLE_BY_ROLE[role]}
-    cmd = [sys.executable, "-m", "pdfleet", "engine", "serve", model, "--host", host, "--port", str(port),
-           "--kv-transfer-config", json.dumps(kv_config), "--rack", rack]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pdfleet",
+        "engine",
+        "serve",
+        model,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--kv-transfer-config",
+        json.dumps(kv_config),
+        "--rack",
+        rack,
+    ]
     if served_model_name:
         cmd += ["--served-model-name", served_model_name]
     return cmd + list(extra_args)
 
 
-def start_engine(role: str = "both", port: int | None = None, *, rack: str = "", model: str = DEFAULT_MODEL,
-                 served_model_name: str | None = None, extra_args: Sequence[str] = (), host: str = "127.0.0.1",
-                 env: dict[str, str] | None = None, startup_timeout: float = 20.0) -> EngineProcess:
+def start_engine(
+    role: str = "both",
+    port: int | None = None,
+    *,
+    rack: str = "",
+    model: str = DEFAULT_MODEL,
+    served_model_name: str | None = None,
+    extra_args: Sequence[str] = (),
+    host: str = "127.0.0.1",
+    env: dict[str, str] | None = None,
+    startup_timeout: float = 20.0,
+) -> EngineProcess:
     """Start one emulator process and wait until /health answers 200; raises RuntimeError (with its log) otherwise."""
     port = port or free_port(host)
     fd, log_path = tempfile.mkstemp(prefix=f"pdfleet-engine-{role}-{port}-", suffix=".log")
-    cmd = engine_command(role, port, host=host, rack=rack, model=model, served_model_name=served_model_name,
-                         extra_args=extra_args)
+    cmd = engine_command(
+        role, port, host=host, rack=rack, model=model, served_model_name=served_model_name, extra_args=extra_args
+    )
     with os.fdopen(fd, "wb") as log_file:
-        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **(env or {})})
+        proc = subprocess.Popen(
+            cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})}
+        )
     engine = EngineProcess(proc, host, port, role, rack, log_path)
     deadline = time.monotonic() + startup_timeout
     while time.monotonic() < deadline:

@@ -31,9 +31,25 @@ class RouterProcess:
         self.log_path = self.dir / "router.log"
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pdfleet", "router", "--fleet-file", str(self.fleet_file),
-                 "--host", "127.0.0.1", "--port", str(self.port), "--admin-port", str(self.admin_port), *extra_args],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                [
+                    sys.executable,
+                    "-m",
+                    "pdfleet",
+                    "router",
+                    "--fleet-file",
+                    str(self.fleet_file),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--admin-port",
+                    str(self.admin_port),
+                    *extra_args,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         deadline = time.monotonic() + ready_timeout
         while not self._ready():
             if self.proc.poll() is not None or time.monotonic() > deadline:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pdfleet.api.model import GPU_RESOURCE, TopologySpec, Toleration
+from pdfleet.api.model import GPU_RESOURCE, Toleration, TopologySpec
 
 # Taint effects that keep new pods off a node (PreferNoSchedule only discourages).
 BLOCKING_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})

@@ -187,9 +187,7 @@ def _check_matches(
 
 def _shortfall(name: str, pool: PoolSpec, wanted: int, placed: int, capacity: Mapping[str, int]) -> PlacementIssue:
     room = ", ".join(f"{rack or 'cluster'}: {cap}" for rack, cap in sorted(capacity.items())) or "none"
-    message = (
-        f"{name}: placed {placed} of {wanted} replicas ({pool.gpus_per_replica} GPU each); room per rack: {room}"
-    )
+    message = f"{name}: placed {placed} of {wanted} replicas ({pool.gpus_per_replica} GPU each); room per rack: {room}"
     if placed == 0:
         raise PlacementError("InsufficientCapacity", message)
     return PlacementIssue("InsufficientCapacity", message)
