@@ -31,7 +31,7 @@ def fleet() -> Iterator[LocalFleet]:
 
 @pytest.fixture
 def namespace(fleet: LocalFleet, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace for one test; afterwards its PDDeployments and pods go (grace 0) and the namespace is deleted."""
+    """A fresh namespace for one test; afterwards its PDDeployments and pods go (grace 0), then the namespace."""
     name = namespace_name_for(request.node.name, keep=30)
     fleet.ensure_namespace(name)
     try:

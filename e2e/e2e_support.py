@@ -29,7 +29,7 @@ def e2e_pdd(
     max_replicas: int = 3,
     scale_down_s: int = 15,
 ) -> dict[str, Any]:
-    """The demo's PDDeployment (L4 nodes, Llama-3.1-8B) with fast autoscaling (3 s interval, 10 s window) on `autoscale`."""
+    """The demo's PDDeployment (L4, Llama-3.1-8B) with fast autoscaling (3 s interval, 10 s window) on `autoscale`."""
     assert fleet.prometheus is not None
     pdd = demo_pdd(
         fleet.prometheus.url,

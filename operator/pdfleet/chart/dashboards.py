@@ -1,7 +1,8 @@
 """Grafana dashboards generated from code: fleet overview, SLA, autoscaler, router, KV transfer.
 
 `dashboard_files()` renders every dashboard as Grafana JSON (schemaVersion 39, Prometheus datasource chosen by a
-variable); `scripts/render_manifests.py` writes them to charts/pdfleet/dashboards/, and the chart ships each as a ConfigMap
+variable); `scripts/render_manifests.py` writes them to charts/pdfleet/dashboards/, and the chart ships each as a
+ConfigMap
 labelled for the Grafana dashboard sidecar. Every panel selects one PDDeployment by the `$namespace` and `$pdd`
 variables. `panel_queries()` lists each panel's PromQL, which the integration test evaluates in a real Prometheus.
 """

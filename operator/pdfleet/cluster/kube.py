@@ -33,6 +33,7 @@ class ResourceType:
     namespaced: bool = True
 
     def collection_path(self, namespace: str | None) -> str:
+        """URL path of the collection (namespaced when the kind is and a namespace is given)."""
         prefix = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
         if self.namespaced and namespace:
             return f"{prefix}/namespaces/{namespace}/{self.plural}"
@@ -110,9 +111,11 @@ class KubeClient:
             self.kinds["PodDisruptionBudget"] = ResourceType("policy/v1beta1", "poddisruptionbudgets")
 
     def api_version_of(self, kind: str) -> str:
+        """The API version discovered for `kind` (e.g. policy/v1beta1 PDBs on 1.20)."""
         return self.kinds[kind].api_version
 
     def list(self, kind: str, namespace: str | None, label_selector: str | None = None) -> list[dict]:
+        """Objects of `kind` in `namespace` (all namespaces when None), optionally label-selected."""
         rt = self.kinds[kind]
         query = [("labelSelector", label_selector)] if label_selector else []
         return self._call("GET", rt.collection_path(namespace), query=query).get("items", [])

@@ -120,7 +120,7 @@ def _advertise_host(flag: str | None, bind_host: str) -> str:
 
 
 def parse_serve_args(argv: list[str]) -> EngineSettings:
-    """Parse `serve` arguments (the words after `pdfleet engine serve`); raises SystemExit on bad values like argparse."""
+    """Parse `serve` arguments (the words after `pdfleet engine serve`); SystemExit on bad values, like argparse."""
     parser = _parser()
     model = argv[0] if argv and not argv[0].startswith("-") else None
     args, unknown = parser.parse_known_args(argv[1:] if model else argv)

@@ -1,7 +1,8 @@
 """OpenAI/vLLM wire format: response bodies, stream chunks and SSE framing, as vLLM's OpenAI server emits them.
 
-Pure builders; the HTTP layer only writes what these return. Two request kinds share one set of helpers:
-"completion" (/v1/completions, object text_completion) and "chat" (/v1/chat/completions, object chat.completion[.chunk]).
+Pure builders; the HTTP layer only writes what these return. Two request kinds share one set of
+helpers: "completion" (/v1/completions, object text_completion) and "chat" (/v1/chat/completions, object
+chat.completion[.chunk]).
 """
 
 from __future__ import annotations

@@ -63,6 +63,7 @@ class RequestResult:
 
     @property
     def ok(self) -> bool:
+        """True when the request completed without an error."""
         return self.error is None
 
 
@@ -166,7 +167,7 @@ def synthetic_trace(
     prefix_share: float = 0.5,
     block_tokens: int = 64,
 ) -> list[TraceRequest]:
-    """A synthetic trace from a load profile, optionally with shared system-prompt prefixes (see add_shared_prefixes)."""
+    """A synthetic trace from a load profile, optionally with shared system-prompt prefixes (add_shared_prefixes)."""
     requests = generate(profile, seed)
     if prefix_groups > 0:
         requests = add_shared_prefixes(requests, prefix_groups, prefix_tokens, prefix_share, block_tokens, seed)

@@ -275,6 +275,7 @@ class Ports:
 
     @property
     def etcd_url(self) -> str:
+        """etcd's client URL on 127.0.0.1."""
         return f"http://127.0.0.1:{self.etcd_client}"
 
 

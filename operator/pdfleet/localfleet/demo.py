@@ -129,14 +129,17 @@ class ResultLog:
         self.results: list[tuple[float, RequestResult]] = []
 
     def add(self, result: RequestResult) -> None:
+        """Record one finished request with its completion time."""
         with self._lock:
             self.results.append((time.monotonic(), result))
 
     def window(self, now: float, seconds: float) -> list[RequestResult]:
+        """Requests that finished within the last `seconds` before `now`."""
         with self._lock:
             return [r for t, r in self.results if now - t <= seconds]
 
     def all(self) -> list[RequestResult]:
+        """Every recorded request, oldest first."""
         with self._lock:
             return [r for _, r in self.results]
 

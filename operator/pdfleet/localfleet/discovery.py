@@ -83,11 +83,13 @@ class PodTargetDiscovery:
         self._thread = threading.Thread(target=self._loop, name="prometheus-discovery", daemon=True)
 
     def start(self) -> PodTargetDiscovery:
+        """Write the targets once, then keep them in sync from a background thread."""
         self.sync()
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Stop the sync thread."""
         self._stop.set()
         self._thread.join(timeout=10)
 

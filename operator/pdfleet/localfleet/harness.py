@@ -278,7 +278,7 @@ class LocalFleet:
         return self.runner.kill_pod_process(namespace, pod)
 
     def kill_pod(self, namespace: str, pod: str) -> None:
-        """A pod dies with its node: its process is SIGKILLed and the object force-deleted; its controller recreates it."""
+        """A pod dies with its node: its process is SIGKILLed, the object force-deleted; its controller recreates it."""
         from kubernetes.client.exceptions import ApiException
 
         self.kill_pod_process(namespace, pod)

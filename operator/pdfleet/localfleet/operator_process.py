@@ -56,6 +56,7 @@ class OperatorProcess:
         self.popen: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> OperatorProcess:
+        """Start the operator subprocess and wait until its metrics port answers."""
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1", **self.extra_env}
         with self.log_path.open("ab") as log:
             self.popen = subprocess.Popen(
@@ -99,12 +100,15 @@ class OperatorProcess:
         return values
 
     def metric_sum(self, prefix: str) -> float:
+        """Sum of every exposed sample whose series starts with `prefix`."""
         return sum(v for k, v in self.metrics().items() if k.startswith(prefix))
 
     def log_tail(self, lines: int = 60) -> str:
+        """The last `lines` lines of the operator's log."""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self) -> None:
+        """Stop the operator (SIGTERM, then SIGKILL after a grace period)."""
         if self.popen is None:
             return
         self.popen.terminate()

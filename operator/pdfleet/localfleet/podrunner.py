@@ -229,6 +229,7 @@ class RunningPod:
 
     @property
     def log_path(self) -> Path:
+        """Where the container's stdout and stderr go."""
         return self.workdir / "container.log"
 
 
@@ -261,6 +262,7 @@ class LocalPodRunner:
         self._thread = threading.Thread(target=self._loop, name="pod-runner", daemon=True)
 
     def start(self) -> LocalPodRunner:
+        """Start the runner's sync thread."""
         self._thread.start()
         return self
 

@@ -6,7 +6,8 @@ metrics availability, drains). What it does not export, dashboards and alerts st
 its replicas by state and its autoscaling bounds. The status and spec already hold them, so one pure function turns
 PDDeployment bodies into samples and a prometheus_client collector exposes them at scrape time (no state to keep in
 sync). Every series carries `namespace`, `pdd` (and `pool` where it applies): the target labels engine pods are
-relabelled to (pdfleet.localfleet.prometheus.engine_pod_relabel_configs), so PromQL joins them `on (namespace, pdd, pool)`.
+relabelled to (pdfleet.localfleet.prometheus.engine_pod_relabel_configs), so PromQL joins them
+`on (namespace, pdd, pool)`.
 
 Wiring in the operator: `prometheus_client.REGISTRY.register(FleetStateCollector(bodies))` where `bodies()` returns
 the current PDDeployment objects (e.g. from a Kopf index on pddeployments).

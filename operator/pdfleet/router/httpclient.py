@@ -27,11 +27,20 @@ class UpstreamError(Exception):
 class ResponseSink(Protocol):
     """Receiver of one upstream response."""
 
-    def on_head(self, status: int, content_type: bytes, content_length: int) -> None: ...
-    def on_body(self, data: bytes) -> None: ...
-    def on_batch_end(self) -> None: ...
-    def on_complete(self) -> None: ...
-    def on_failure(self, error: UpstreamError) -> None: ...
+    def on_head(self, status: int, content_type: bytes, content_length: int) -> None:
+        """The status line and headers arrived."""
+
+    def on_body(self, data: bytes) -> None:
+        """A chunk of the body arrived."""
+
+    def on_batch_end(self) -> None:
+        """The bytes of one socket read were delivered (flush point)."""
+
+    def on_complete(self) -> None:
+        """The whole response arrived."""
+
+    def on_failure(self, error: UpstreamError) -> None:
+        """The exchange failed before completing."""
 
 
 class UpstreamConnection(asyncio.Protocol):

@@ -55,7 +55,8 @@ class Request:
 class Application(Protocol):
     """Something that answers requests."""
 
-    def handle(self, conn: ClientConnection, request: Request) -> None: ...
+    def handle(self, conn: ClientConnection, request: Request) -> None:
+        """Serve one parsed request on its connection."""
 
 
 class ClientConnection(asyncio.Protocol):

@@ -74,11 +74,14 @@ class FleetView(Protocol):
 
     fleet: FleetConfig
 
-    def desired(self, pool: str) -> int: ...
+    def desired(self, pool: str) -> int:
+        """Replicas the policy last asked for in `pool`."""
 
-    def readings(self, now: float, window_s: float, percentile: float) -> dict: ...
+    def readings(self, now: float, window_s: float, percentile: float) -> dict:
+        """Per-pool signals over the last `window_s`, as the autoscaler would read them."""
 
-    def client_window(self, now: float, window_s: float) -> dict[str, float]: ...
+    def client_window(self, now: float, window_s: float) -> dict[str, float]:
+        """Client-side arrival statistics over the last `window_s`."""
 
 
 class ScalingPolicy(Protocol):
@@ -87,9 +90,11 @@ class ScalingPolicy(Protocol):
     name: str
     interval_s: float | None
 
-    def initial(self, fleet: FleetConfig) -> dict[str, int]: ...
+    def initial(self, fleet: FleetConfig) -> dict[str, int]:
+        """Replicas per pool at the start of the run."""
 
-    def decide(self, now: float, view: FleetView) -> dict[str, int]: ...
+    def decide(self, now: float, view: FleetView) -> dict[str, int]:
+        """Replicas per pool wanted at `now`."""
 
 
 @dataclass

@@ -65,11 +65,13 @@ class RouterProcess:
             return False
 
     def write_fleet(self, fleet: dict[str, Any]) -> None:
+        """Replace the router's fleet file atomically."""
         tmp = self.fleet_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(fleet))
         os.replace(tmp, self.fleet_file)
 
     def log(self) -> str:
+        """Everything the router wrote so far."""
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self) -> str:
