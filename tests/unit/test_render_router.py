@@ -5,13 +5,9 @@ from __future__ import annotations
 import json
 
 from pdfleet.api.model import parse_spec
+from pdfleet.render.fleet_view import Endpoint, render_fleet_view
 from pdfleet.render.meta import Owner
-from pdfleet.render.router import (
-    Endpoint,
-    render_fleet_view,
-    render_router_configmap,
-    render_router_deployment,
-)
+from pdfleet.render.router import render_router_configmap, render_router_deployment
 
 OWNER = Owner(name="llama", namespace="inference", uid="u1")
 SPEC = parse_spec(

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pdfleet.cluster.observed import PodState
+from pdfleet.render.fleet_view import pod_url
 from pdfleet.render.meta import ROUTER_COMPONENT
-from pdfleet.render.router import url_host
 
 ROUTER_TIMEOUT_SECONDS = 2.0
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # pod IPs never go through a proxy
@@ -27,7 +27,7 @@ def router_admin_urls(pods: Iterable[PodState], admin_port: int, *, ready_only: 
     for pod in pods:
         if pod.component != ROUTER_COMPONENT or not pod.ip or pod.terminating or (ready_only and not pod.ready):
             continue
-        urls[pod.name] = f"http://{url_host(pod.ip)}:{admin_port}"
+        urls[pod.name] = pod_url(pod.ip, admin_port)
     return urls
 
 

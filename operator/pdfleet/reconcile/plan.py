@@ -17,8 +17,9 @@ from pdfleet.cluster.events import Event
 from pdfleet.cluster.kube import APPLIED_HASH_ANNOTATION, with_applied_hash
 from pdfleet.cluster.observed import ChildState, PodState
 from pdfleet.render.children import render_fleet
+from pdfleet.render.fleet_view import build_fleet_view
 from pdfleet.render.meta import Owner
-from pdfleet.render.router import Endpoint, fleet_view_revision, render_fleet_view, render_router_configmap
+from pdfleet.render.router import render_router_configmap
 from pdfleet.topology.inventory import node_info
 from pdfleet.topology.placement import Placement, PlacementError, plan_placement
 
@@ -59,22 +60,6 @@ def merge_conditions(
         if not same:
             changed.append(cond)
     return merged, changed
-
-
-def fleet_endpoints(spec: PDDeploymentSpec, pods: Sequence[PodState], draining: set[str]) -> list[Endpoint]:
-    """Every Ready, addressed, not-terminating engine pod, as the router should see it."""
-    return [
-        Endpoint(
-            name=p.name,
-            pool=p.pool,
-            url=f"http://{p.ip}:{spec.engine.port}",
-            rack=p.rack,
-            zone=p.zone,
-            draining=p.name in draining,
-        )
-        for p in sorted(pods, key=lambda p: p.name)
-        if p.ready and p.ip and not p.terminating and p.pool in POOLS
-    ]
 
 
 def pool_status(pool: str, desired: int, pods: Sequence[PodState]) -> dict[str, Any]:
@@ -171,13 +156,12 @@ def plan_reconcile(
     fleet_record = old_status.get("fleetView")
     if spec is not None and placement is not None:
         draining = set((old_status.get("drain") or {}).get("endpoints") or [])
-        view = render_fleet_view(spec, generation, fleet_endpoints(spec, pods, draining))
-        fleet_record = fleet_view_revision(view, fleet_record)
-        view = {**view, "revision": fleet_record["revision"]}
-        router_view = RouterView(view, spec.router.admin_port)
+        fleet_view = build_fleet_view(spec, generation, pods, draining=draining, previous=fleet_record)
+        fleet_record = fleet_view.record
+        router_view = RouterView(fleet_view.view, spec.router.admin_port)
         desired = render_fleet(
             owner, spec, placement, pdb_api_version=pdb_api_version, operator_image=operator_image
-        ) + [render_router_configmap(owner, view)]
+        ) + [render_router_configmap(owner, fleet_view.view)]
         running = {(c.kind, c.name): c.applied_hash for c in children}
         for obj in map(with_applied_hash, desired):
             key = (obj["kind"], obj["metadata"]["name"])

@@ -1,19 +1,14 @@
-"""The router: its Deployment, and the fleet view (fleet.json) the operator hands it through a ConfigMap."""
+"""The router: its Deployment, and the ConfigMap that carries its fleet view (fleet.json, built by
+`pdfleet.render.fleet_view`)."""
 
 from __future__ import annotations
 
-import hashlib
-import ipaddress
-import json
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from pdfleet.api.model import PDDeploymentSpec
+from pdfleet.render.fleet_view import fleet_view_json
 from pdfleet.render.meta import (
-    LABEL_POOL,
-    LABEL_RACK,
-    LABEL_ZONE,
     ROUTER_COMPONENT,
     Owner,
     component_labels,
@@ -26,7 +21,6 @@ from pdfleet.render.meta import (
 from pdfleet.render.services import ROUTER_ADMIN_PORT_NAME, ROUTER_PORT_NAME
 from pdfleet.topology.names import router_name
 
-FLEET_VIEW_VERSION = 1
 FLEET_FILE_KEY = "fleet.json"
 FLEET_DIR = "/etc/pdfleet"
 FLEET_FILE = f"{FLEET_DIR}/{FLEET_FILE_KEY}"
@@ -34,65 +28,9 @@ ROUTER_CONTAINER = "router"
 ROUTER_RESOURCES = {"requests": {"cpu": "250m", "memory": "256Mi"}}
 
 
-def url_host(ip: str) -> str:
-    """A pod IP as the host part of a URL (IPv6 in brackets)."""
-    return f"[{ip}]" if ipaddress.ip_address(ip).version == 6 else ip
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """One Ready engine pod as the router sees it."""
-
-    name: str
-    pool: str
-    url: str
-    rack: str
-    zone: str
-    draining: bool = False
-
-    @classmethod
-    def from_pod(cls, pod: Mapping[str, Any], port: int, *, draining: bool = False) -> Endpoint:
-        """The Endpoint of an engine pod (Kubernetes API JSON) serving on `port`; pool/rack/zone from its labels."""
-        labels = pod["metadata"].get("labels") or {}
-        return cls(
-            name=pod["metadata"]["name"],
-            pool=labels[LABEL_POOL],
-            url=f"http://{url_host(pod['status']['podIP'])}:{port}",
-            rack=labels.get(LABEL_RACK, ""),
-            zone=labels.get(LABEL_ZONE, ""),
-            draining=draining,
-        )
-
-
-def render_fleet_view(spec: PDDeploymentSpec, generation: int, endpoints: Iterable[Endpoint]) -> dict[str, Any]:
-    """The fleet.json document: model, routing policy and endpoints (sorted by pool, then name)."""
-    return {
-        "version": FLEET_VIEW_VERSION,
-        "generation": generation,
-        "model": spec.model.served_name,
-        "policy": spec.router.policy.model_dump(by_alias=True, mode="json"),
-        "endpoints": [asdict(ep) for ep in sorted(endpoints, key=lambda ep: (ep.pool, ep.name))],
-    }
-
-
-def fleet_view_revision(fleet_view: Mapping[str, Any], previous: Mapping[str, Any] | None) -> dict[str, Any]:
-    """status.fleetView for a view rendered without its revision: {"revision", "hash"}, the revision raised by one
-    when the content differs from the previous record's. Routers take views by revision, so one pushed to them
-    is not replaced by the older ConfigMap file the kubelet syncs later."""
-    digest = hashlib.sha256(fleet_view_json(fleet_view).encode()).hexdigest()[:16]
-    revision = int((previous or {}).get("revision") or 0)
-    if (previous or {}).get("hash") != digest:
-        revision += 1
-    return {"revision": revision, "hash": digest}
-
-
-def fleet_view_json(fleet_view: Mapping[str, Any]) -> str:
-    """fleet.json text: sorted keys and fixed formatting, so an unchanged view is byte-identical."""
-    return json.dumps(fleet_view, sort_keys=True, indent=2) + "\n"
-
-
 def render_router_configmap(owner: Owner, fleet_view: Mapping[str, Any]) -> dict[str, Any]:
-    """ConfigMap `<pdd>-router` with key fleet.json, mounted into the router at /etc/pdfleet."""
+    """ConfigMap `<pdd>-router` with key fleet.json (the view as `fleet_view_json` writes it), mounted into the
+    router at /etc/pdfleet."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
