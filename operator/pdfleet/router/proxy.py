@@ -10,11 +10,12 @@ import asyncio
 import itertools
 import json
 import os
-from typing import Any
+from functools import partial
+from typing import Any, Awaitable, Callable, Generic, TypeVar
 
 from . import failover, handshake, policy
 from .endpoints import EndpointRegistry, EndpointState
-from .failover import Action, Outcome
+from .failover import Action, Decision, Outcome
 from .httpclient import ABORTED, PROTOCOL, TIMEOUT, CollectSink, UpstreamConnection, UpstreamError
 from .httpserver import ClientConnection, Request, response_head
 from .metrics import RouterMetrics
@@ -149,6 +150,43 @@ class StreamSink:
         return b"".join(self.parts)
 
 
+R = TypeVar("R")
+
+
+class Retries(Generic[R]):
+    """The one bounded retry loop of a leg (prefill, decode or direct) of one request.
+
+    Each round picks an endpoint not tried yet, attempts the leg on it, marks the endpoint unhealthy when the outcome
+    says it is unwell (the health loop brings it back) and asks failover what next. On RETRY the endpoint is excluded,
+    the retry counted in the leg's retries metric and the next round starts; any other decision ends the loop.
+    """
+
+    def __init__(self, leg: str, decide: Callable[[Outcome, int], Decision], metrics: RouterMetrics) -> None:
+        self.leg = leg
+        self.decide = decide  # failover rule: (outcome, retries done) -> Decision
+        self.metrics = metrics
+        self.tried: set[str] = set()  # endpoints retried away from: one per retry done
+
+    async def run(
+        self,
+        pick: Callable[[set[str]], EndpointState | None],
+        attempt: Callable[[EndpointState], Awaitable[tuple[Outcome, R]]],
+    ) -> tuple[EndpointState, R, Decision] | None:
+        """(endpoint, attempt's result, decision) of the attempt that ended the leg; None once no endpoint is left."""
+        while True:
+            endpoint = pick(self.tried)
+            if endpoint is None:
+                return None
+            outcome, result = await attempt(endpoint)
+            if outcome in failover.MARKS_UNHEALTHY:
+                endpoint.healthy = False  # passive marking; the health loop brings it back
+            decision = self.decide(outcome, len(self.tried))
+            if decision.action is not Action.RETRY:
+                return endpoint, result, decision
+            self.tried.add(endpoint.name)
+            self.metrics.retries[self.leg] += 1
+
+
 class PDRouter:
     """The request handler of the data port."""
 
@@ -219,12 +257,11 @@ class PDRouter:
         rules = self.registry.view.policy
         stage1 = handshake.prefill_request_body(body)
         affinity = self.affinity.lookup(hashes) if hashes else None
-        excluded: set[str] = set()
-        retries = 0
-        while True:
-            prefill = policy.choose_prefill(self.registry.prefills, excluded, affinity, next(self._tick))
-            if prefill is None:
-                return FALLBACK
+
+        def pick(tried: set[str]) -> EndpointState | None:
+            return policy.choose_prefill(self.registry.prefills, tried, affinity, next(self._tick))
+
+        async def attempt(prefill: EndpointState) -> tuple[Outcome, tuple[CollectSink, bytes | None]]:
             reply = await self._collect(conn, prefill, request.path, request_id, stage1, rules.prefill_timeout_seconds)
             outcome = outcome_of_error(reply.error) if reply.error else outcome_of_status(reply.status)
             kv_params = None
@@ -233,59 +270,59 @@ class PDRouter:
                 if kv_params is None:
                     outcome = Outcome.BAD_HANDSHAKE
                     self.metrics.kv_handshake_failures["prefill_missing_params"] += 1
-            decision = failover.after_prefill(outcome, retries, rules.max_prefill_retries)
-            if decision.action is Action.DONE:
-                if hashes:
-                    self.affinity.record(hashes, prefill.name)
-                return prefill, kv_params
-            if decision.action is Action.RETRY:
-                excluded.add(prefill.name)
-                retries += 1
-                self.metrics.retries["prefill"] += 1
-                continue
-            if decision.action is Action.PASS_THROUGH:
-                self.metrics.requests[(DISAGGREGATED, reply.status)] += 1
-                conn.respond(reply.status, reply.body, reply.content_type or _JSON)
-                return None
-            if decision.action is Action.ABANDON:
-                conn.finish(keep_alive=False)
-                return None
+            return outcome, (reply, kv_params)
+
+        decide = partial(failover.after_prefill, max_retries=rules.max_prefill_retries)
+        ended = await Retries("prefill", decide, self.metrics).run(pick, attempt)
+        if ended is None:
             return FALLBACK
+        prefill, (reply, kv_params), decision = ended
+        if decision.action is Action.DONE:
+            if hashes:
+                self.affinity.record(hashes, prefill.name)
+            return prefill, kv_params
+        if decision.action is Action.PASS_THROUGH:
+            self.metrics.requests[(DISAGGREGATED, reply.status)] += 1
+            conn.respond(reply.status, reply.body, reply.content_type or _JSON)
+            return None
+        if decision.action is Action.ABANDON:
+            conn.finish(keep_alive=False)
+            return None
+        return FALLBACK
 
     async def _decode(
         self, conn: ClientConnection, request: Request, request_id: bytes, prefill: EndpointState, stage2: bytes
     ) -> None:
         """Stage 2 with retries on other decodes, then fallback to the direct path."""
         rules = self.registry.view.policy
-        excluded: set[str] = set()
-        retries = 0
-        while True:
-            decode, locality = policy.choose_decode(
-                self.registry.decodes, prefill, rules.locality, excluded, next(self._tick)
-            )
-            if decode is None:
-                if rules.locality == "required" and not excluded:
-                    return self._fail(
-                        conn,
-                        DISAGGREGATED,
-                        503,
-                        f"decode leg: no healthy decode endpoint in rack {prefill.rack!r} (locality: required)",
-                    )
-                break
+
+        def pick(tried: set[str]) -> EndpointState | None:
+            return policy.choose_decode(self.registry.decodes, prefill, rules.locality, tried, next(self._tick))[0]
+
+        async def attempt(decode: EndpointState) -> tuple[Outcome, StreamSink]:
+            locality = policy.locality_of(prefill, decode)  # the class choose_decode just picked it by
             sink = await self._stream(conn, decode, request, request_id, stage2, rules.decode_timeout_seconds)
             if sink.outcome is Outcome.OK:
                 self.metrics.pairs[locality] += 1
             elif sink.outcome in (Outcome.UPSTREAM_5XX, Outcome.TIMEOUT):
                 self.metrics.kv_handshake_failures["decode_" + sink.outcome.value] += 1
-            decision = failover.after_decode(sink.outcome, retries, rules.max_decode_retries, can_fall_back=True)
-            if decision.action is Action.RETRY:
-                excluded.add(decode.name)
-                retries += 1
-                self.metrics.retries["decode"] += 1
-                continue
-            if decision.action is Action.FALLBACK:
-                break
-            return self._conclude(conn, sink, DISAGGREGATED, decision.action)
+            return sink.outcome, sink
+
+        decide = partial(failover.after_decode, max_retries=rules.max_decode_retries, can_fall_back=True)
+        retries = Retries("decode", decide, self.metrics)
+        ended = await retries.run(pick, attempt)
+        if ended is None:
+            if rules.locality == "required" and not retries.tried:
+                return self._fail(
+                    conn,
+                    DISAGGREGATED,
+                    503,
+                    f"decode leg: no healthy decode endpoint in rack {prefill.rack!r} (locality: required)",
+                )
+        else:
+            _, sink, decision = ended
+            if decision.action is not Action.FALLBACK:
+                return self._conclude(conn, sink, DISAGGREGATED, decision.action)
         return await self._direct(conn, request, request_id, FALLBACK)
 
     async def _direct(self, conn: ClientConnection, request: Request, request_id: bytes, path_label: str) -> None:
@@ -293,25 +330,26 @@ class PDRouter:
         rules = self.registry.view.policy
         if path_label == FALLBACK:
             self.metrics.fallbacks += 1
-        excluded: set[str] = set()
-        retries = 0
-        while True:
-            decode = policy.choose_direct_decode(self.registry.decodes, excluded, next(self._tick))
-            if decode is None:
-                tried = f" (tried {', '.join(sorted(excluded))})" if excluded else ""
-                return self._fail(conn, path_label, 503, f"{path_label} leg: no healthy decode endpoint{tried}")
+
+        def pick(tried: set[str]) -> EndpointState | None:
+            return policy.choose_direct_decode(self.registry.decodes, tried, next(self._tick))
+
+        async def attempt(decode: EndpointState) -> tuple[Outcome, StreamSink]:
             sink = await self._stream(conn, decode, request, request_id, request.body, rules.decode_timeout_seconds)
-            decision = failover.after_decode(sink.outcome, retries, rules.max_decode_retries, can_fall_back=False)
-            if decision.action is Action.RETRY:
-                excluded.add(decode.name)
-                retries += 1
-                self.metrics.retries["decode"] += 1
-                continue
-            if decision.action is Action.FAIL:
-                return self._fail(
-                    conn, path_label, decision.status, f"{path_label} leg failed on decode {decode.name}: {sink.error}"
-                )
-            return self._conclude(conn, sink, path_label, decision.action)
+            return sink.outcome, sink
+
+        decide = partial(failover.after_decode, max_retries=rules.max_decode_retries, can_fall_back=False)
+        retries = Retries("decode", decide, self.metrics)
+        ended = await retries.run(pick, attempt)
+        if ended is None:
+            tried = f" (tried {', '.join(sorted(retries.tried))})" if retries.tried else ""
+            return self._fail(conn, path_label, 503, f"{path_label} leg: no healthy decode endpoint{tried}")
+        decode, sink, decision = ended
+        if decision.action is Action.FAIL:
+            return self._fail(
+                conn, path_label, decision.status, f"{path_label} leg failed on decode {decode.name}: {sink.error}"
+            )
+        return self._conclude(conn, sink, path_label, decision.action)
 
     def _conclude(self, conn: ClientConnection, sink: StreamSink, path_label: str, action: Action) -> None:
         """Finish the client response after a decode leg ended for good."""
@@ -397,9 +435,3 @@ class PDRouter:
         finally:
             conn.upstream = None
             self.registry.leg_done(endpoint)
-        if isinstance(sink, StreamSink):
-            outcome = sink.outcome
-        else:
-            outcome = outcome_of_error(sink.error) if sink.error is not None else Outcome.OK
-        if outcome in failover.MARKS_UNHEALTHY and endpoint.healthy:
-            endpoint.healthy = False  # passive marking; the health loop brings it back
