@@ -27,6 +27,7 @@ from pdfleet.autoscale.promql import Signal, fleet_queries
 from pdfleet.localfleet.controlplane import LocalControlPlane, wait_until
 from pdfleet.localfleet.operator_process import OperatorProcess, install_crd
 from pdfleet.localfleet.prometheus import ScrapeTarget, start_prometheus
+from pdfleet.testing.builders import fleet_spec, pdd_body
 from pdfleet.testing.engine_process import start_engine
 
 MODEL = "llama-8b"
@@ -111,26 +112,19 @@ def main() -> int:
                     )
                     prometheus.wait_for_healthy_targets(4, timeout=30)
                     scaling = {"enabled": True, "minReplicas": 2, "maxReplicas": 8}
-                    custom.create_namespaced_custom_object(
-                        API_GROUP,
-                        API_VERSION,
-                        NAMESPACE,
-                        PLURAL,
-                        {
-                            "apiVersion": f"{API_GROUP}/{API_VERSION}",
-                            "kind": "PDDeployment",
-                            "metadata": {"name": name},
-                            "spec": {
-                                "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "servedModelName": MODEL},
-                                "engine": {"kind": "vllm", "image": "vllm/vllm-openai:v0.11.0"},
-                                "prefill": {"replicas": 2, "gpusPerReplica": 1, "autoscaling": scaling},
-                                "decode": {"replicas": 2, "gpusPerReplica": 1, "autoscaling": scaling},
-                                "sla": {"ttftMs": 500, "tpotMs": 200},
-                                "autoscaler": {"intervalSeconds": args.interval, "windowSeconds": 10},
-                                "prometheus": {"url": prometheus.url},
-                            },
-                        },
+                    body = pdd_body(
+                        name,
+                        fleet_spec(
+                            2,
+                            2,
+                            served_name=MODEL,
+                            autoscaling=scaling,
+                            sla={"ttftMs": 500, "tpotMs": 200},
+                            autoscaler={"intervalSeconds": args.interval, "windowSeconds": 10},
+                            prometheus={"url": prometheus.url},
+                        ),
                     )
+                    custom.create_namespaced_custom_object(API_GROUP, API_VERSION, NAMESPACE, PLURAL, body)
                     ttft = next(
                         q.promql for q in fleet_queries("vllm", NAMESPACE, name, 10, 90) if q.signal == Signal.TTFT_P
                     )

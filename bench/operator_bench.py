@@ -21,21 +21,11 @@ from kubernetes import client
 from pdfleet import API_GROUP, API_VERSION, PLURAL
 from pdfleet.localfleet.controlplane import LocalControlPlane, wait_until
 from pdfleet.localfleet.operator_process import OperatorProcess, install_crd
+from pdfleet.testing.builders import H100, fleet_spec, pdd_body
 
 
 def fleet_body(name: str) -> dict:
-    pool = {"replicas": 2, "gpusPerReplica": 1, "gpuProduct": "NVIDIA-H100-80GB-HBM3"}
-    return {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": "PDDeployment",
-        "metadata": {"name": name},
-        "spec": {
-            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
-            "engine": {"kind": "vllm", "image": "vllm/vllm-openai:v0.11.0"},
-            "prefill": dict(pool),
-            "decode": dict(pool),
-        },
-    }
+    return pdd_body(name, fleet_spec(2, 2, gpu_product=H100))
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -16,7 +16,6 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "operator"))
 
+from pdfleet.localfleet.processes import stop_process  # noqa: E402
 from pdfleet.testing.engine_process import EngineProcess, start_engine  # noqa: E402
 
 PEERS_VENV = REPO / "bench" / ".peers-venv"
@@ -175,13 +175,7 @@ class Proc:
     log: Path
 
     def stop(self) -> None:
-        if self.popen.poll() is None:
-            os.killpg(self.popen.pid, signal.SIGTERM)
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait(5)
+        stop_process(self.popen, grace_s=10, group=True, reap_s=5)
 
 
 def start(name: str, argv: list[str], workdir: Path, env: dict[str, str] | None = None) -> Proc:

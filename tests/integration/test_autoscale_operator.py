@@ -20,6 +20,7 @@ from kubernetes import client
 from pdfleet import API_GROUP, API_VERSION, PLURAL
 from pdfleet.localfleet.controlplane import wait_until
 from pdfleet.localfleet.prometheus import ScrapeTarget, start_prometheus
+from pdfleet.testing.builders import fleet_spec, pdd_body
 from pdfleet.testing.engine_process import EngineProcess, start_engine
 
 NAME = "scaled"
@@ -122,27 +123,16 @@ def test_each_pool_scales_on_its_own_signal_drains_before_shrinking_and_holds_wi
             "scaleDownStabilizationSeconds": 8,
             "targetQueueDepthPerReplica": 50,
         }
-        spec = {
-            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "servedModelName": MODEL},
-            "engine": {"kind": "vllm", "image": "vllm/vllm-openai:v0.11.0"},
-            "prefill": {"replicas": 2, "gpusPerReplica": 1, "autoscaling": scaling},
-            "decode": {"replicas": 2, "gpusPerReplica": 1, "autoscaling": scaling},
-            "sla": {"ttftMs": 500, "tpotMs": 40},
-            "autoscaler": {"intervalSeconds": 2, "windowSeconds": 6},
-            "prometheus": {"url": prometheus.url},
-        }
-        custom.create_namespaced_custom_object(
-            API_GROUP,
-            API_VERSION,
-            namespace,
-            PLURAL,
-            {
-                "apiVersion": f"{API_GROUP}/{API_VERSION}",
-                "kind": "PDDeployment",
-                "metadata": {"name": NAME},
-                "spec": spec,
-            },
+        spec = fleet_spec(
+            2,
+            2,
+            served_name=MODEL,
+            autoscaling=scaling,
+            sla={"ttftMs": 500, "tpotMs": 40},
+            autoscaler={"intervalSeconds": 2, "windowSeconds": 6},
+            prometheus={"url": prometheus.url},
         )
+        custom.create_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, pdd_body(NAME, spec))
 
         # 1. Prefill-heavy load: TTFT breaches, prefill scales up, decode stays.
         load = Load(engines["prefill"], concurrency=6, prompt_tokens=1000, max_tokens=1)

@@ -33,7 +33,8 @@ from pdfleet.autoscale.signals import (
     PoolSignals,
     PrometheusSignalSource,
 )
-from pdfleet.localfleet.prometheus import ScrapeTarget, free_port, prometheus_binary, start_prometheus
+from pdfleet.localfleet.processes import free_port
+from pdfleet.localfleet.prometheus import ScrapeTarget, prometheus_binary, start_prometheus
 
 pytestmark = [
     pytest.mark.prometheus,

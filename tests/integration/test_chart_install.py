@@ -19,6 +19,7 @@ from pdfleet import API_GROUP, API_VERSION, PLURAL
 from pdfleet.chart import manifests as render
 from pdfleet.localfleet.controlplane import LocalControlPlane, cache_bin_dir, wait_until
 from pdfleet.localfleet.operator_process import OperatorProcess, install_crd
+from pdfleet.testing.builders import pdd_body, pdd_spec
 
 CHART = str(render.CHART)
 HELM = render.find_helm()
@@ -195,16 +196,7 @@ def test_operator_reconciles_with_only_the_chart_rbac(
     ns = release["namespace"]
     kubeconfig = service_account_kubeconfig(control_plane, kube, ns, release["fullname"], tmp_path / "sa.kubeconfig")
     custom, apps = client.CustomObjectsApi(kube), client.AppsV1Api(kube)
-    body = {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": "PDDeployment",
-        "metadata": {"name": "rbac-check"},
-        "spec": {
-            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
-            "prefill": {"replicas": 1},
-            "decode": {"replicas": 1},
-        },
-    }
+    body = pdd_body("rbac-check", pdd_spec(prefill={"replicas": 1}, decode={"replicas": 1}))
     with OperatorProcess(kubeconfig, extra_env={"PDFLEET_RESYNC_SECONDS": "2"}) as operator:
         custom.create_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL, body)
         selector = "app.kubernetes.io/instance=rbac-check"

@@ -17,6 +17,7 @@ from pdfleet import API_GROUP, API_VERSION, PLURAL
 from pdfleet.chart import alerts, dashboards
 from pdfleet.localfleet.operator_process import OperatorProcess
 from pdfleet.localfleet.prometheus import PrometheusServer, ScrapeTarget, prometheus_binary, start_prometheus
+from pdfleet.testing.builders import pdd_body, pdd_spec
 from pdfleet.testing.engine_process import EngineProcess, start_engine
 from pdfleet.testing.router_process import RouterProcess
 
@@ -33,14 +34,15 @@ WAIT_S = 45.0
 def fleet_spec(prometheus_url: str) -> dict[str, Any]:
     """Autoscaled pools with SLA targets no engine can meet, so both pools scale up to their max (and alerts fire)."""
     scaling = {"enabled": True, "minReplicas": 1, "maxReplicas": 2}
-    return {
-        "model": {"name": "Qwen/Qwen2.5-0.5B-Instruct", "servedModelName": MODEL},
-        "prefill": {"replicas": 1, "autoscaling": scaling},
-        "decode": {"replicas": 1, "autoscaling": scaling},
-        "sla": {"ttftMs": 0.001, "tpotMs": 0.001},
-        "autoscaler": {"intervalSeconds": 1, "windowSeconds": 10},
-        "prometheus": {"url": prometheus_url},
-    }
+    return pdd_spec(
+        model="Qwen/Qwen2.5-0.5B-Instruct",
+        served_name=MODEL,
+        prefill={"replicas": 1, "autoscaling": scaling},
+        decode={"replicas": 1, "autoscaling": scaling},
+        sla={"ttftMs": 0.001, "tpotMs": 0.001},
+        autoscaler={"intervalSeconds": 1, "windowSeconds": 10},
+        prometheus={"url": prometheus_url},
+    )
 
 
 @pytest.fixture
@@ -126,16 +128,7 @@ def test_every_panel_and_alert_signal_returns_data(
         ]
         with start_prometheus(scrape, scrape_interval=1.0) as prometheus:
             custom.create_namespaced_custom_object(
-                API_GROUP,
-                API_VERSION,
-                namespace,
-                PLURAL,
-                {
-                    "apiVersion": f"{API_GROUP}/{API_VERSION}",
-                    "kind": "PDDeployment",
-                    "metadata": {"name": PDD},
-                    "spec": fleet_spec(prometheus.url),
-                },
+                API_GROUP, API_VERSION, namespace, PLURAL, pdd_body(PDD, fleet_spec(prometheus.url))
             )
             prometheus.wait_for_healthy_targets(len(scrape))
             panels = [(uid, title, concrete(expr, namespace)) for uid, title, expr in dashboards.panel_queries()]

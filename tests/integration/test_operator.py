@@ -16,21 +16,19 @@ from kubernetes.client.exceptions import ApiException
 
 from pdfleet import API_GROUP, API_VERSION, PLURAL, POOLS
 from pdfleet.cluster.kube import KubeClient
-from pdfleet.localfleet.controlplane import LocalControlPlane, cache_bin_dir, wait_until
-
-RACK_LABEL = "topology.pdfleet.dev/rack"
+from pdfleet.localfleet.controlplane import RACK_LABEL, LocalControlPlane, cache_bin_dir, wait_until
+from pdfleet.testing import builders
 
 
 def fleet_spec(prefill: int = 2, decode: int = 2, **overrides: Any) -> dict[str, Any]:
-    spec = {
-        "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "servedModelName": "llama-8b"},
-        "engine": {"kind": "vllm", "image": "vllm/vllm-openai:v0.11.0"},
-        "kvTransfer": {"connector": "nixl"},
-        "prefill": {"replicas": prefill, "gpusPerReplica": 1, "gpuProduct": "NVIDIA-H100-80GB-HBM3"},
-        "decode": {"replicas": decode, "gpusPerReplica": 1, "gpuProduct": "NVIDIA-H100-80GB-HBM3"},
-    }
-    spec.update(overrides)
-    return spec
+    return builders.fleet_spec(
+        prefill,
+        decode,
+        served_name="llama-8b",
+        gpu_product=builders.H100,
+        kvTransfer={"connector": "nixl"},
+        **overrides,
+    )
 
 
 class Fleet:
@@ -45,12 +43,7 @@ class Fleet:
         self.generic.discover_versions()
 
     def create(self, spec: dict[str, Any]) -> None:
-        body = {
-            "apiVersion": f"{API_GROUP}/{API_VERSION}",
-            "kind": "PDDeployment",
-            "metadata": {"name": self.name},
-            "spec": spec,
-        }
+        body = builders.pdd_body(self.name, spec)
         self.custom.create_namespaced_custom_object(API_GROUP, API_VERSION, self.namespace, PLURAL, body)
 
     def get(self) -> dict[str, Any]:
@@ -264,7 +257,7 @@ def test_unknown_gpu_product_is_reported_and_creates_nothing(fleet: Fleet):
 
 def test_pods_that_cannot_schedule_are_explained(fleet: Fleet, control_plane: LocalControlPlane):
     # A rack whose only GPUs are taken by someone else: placement sees the capacity, the scheduler cannot bind.
-    labels = {RACK_LABEL: "rack-busy", "topology.kubernetes.io/zone": "zone-3", "nvidia.com/gpu.product": "NVIDIA-A30"}
+    labels = builders.node_labels("rack-busy", zone="zone-3", product="NVIDIA-A30")
     control_plane.register_node("rack-busy-node-0", labels, gpus=2)
     blocker = {
         "metadata": {"name": "gpu-hog"},

@@ -7,6 +7,7 @@ from typing import Any
 from pdfleet.api.model import parse_spec
 from pdfleet.autoscale.signals import MetricsUnavailable, PoolSignals
 from pdfleet.autoscale.step import iso, plan_autoscale
+from pdfleet.testing.builders import fleet_spec, node_body
 from pdfleet.topology.inventory import node_info
 
 T0 = 1_800_000_000.0
@@ -21,25 +22,12 @@ def spec(prefill: int = 2, decode: int = 2, down_window: int = 0):
         "capacityTokensPerSecond": 1000,
     }
     return parse_spec(
-        {
-            "model": {"name": "m"},
-            "engine": {"kind": "vllm", "image": "i"},
-            "prefill": {"replicas": prefill, "gpusPerReplica": 1, "autoscaling": scaling},
-            "decode": {"replicas": decode, "gpusPerReplica": 1, "autoscaling": scaling},
-            "sla": {"ttftMs": 500, "tpotMs": 50},
-        }
+        fleet_spec(prefill, decode, model="m", image="i", autoscaling=scaling, sla={"ttftMs": 500, "tpotMs": 50})
     )
 
 
 NODES = [
-    node_info(
-        {
-            "metadata": {"name": f"n-{rack}", "labels": {"topology.pdfleet.dev/rack": rack}},
-            "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
-        },
-        spec().topology,
-    )
-    for rack in ("rack-a", "rack-b")
+    node_info(node_body(f"n-{rack}", rack, zone=None, product=None), spec().topology) for rack in ("rack-a", "rack-b")
 ]
 
 

@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 from pdfleet.api.model import Toleration, TopologySpec
+from pdfleet.testing.builders import node_body
 from pdfleet.topology.inventory import Taint, node_info
 
 
 def node(**overrides: object) -> dict:
-    body = {
-        "metadata": {
-            "name": "n1",
-            "labels": {
-                "topology.pdfleet.dev/rack": "rack-a",
-                "topology.kubernetes.io/zone": "zone-1",
-                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
-            },
-        },
-        "spec": {},
-        "status": {
-            "allocatable": {"nvidia.com/gpu": "8", "cpu": "64"},
-            "conditions": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": "True"}],
-        },
-    }
+    """Node n1 in rack-a, with a CPU resource and a condition before Ready that the reader must skip."""
+    body = node_body("n1", "rack-a")
+    body["status"]["allocatable"]["cpu"] = "64"
+    body["status"]["conditions"].insert(0, {"type": "MemoryPressure", "status": "False"})
     body.update(overrides)
     return body
 

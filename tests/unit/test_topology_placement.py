@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import itertools
 import random
+from typing import Any
 
 import pytest
 
-from pdfleet.api.model import PDDeploymentSpec, parse_spec
+from pdfleet.api.model import PDDeploymentSpec
+from pdfleet.testing.builders import H100, fake_node_info, minimal_spec
 from pdfleet.topology.inventory import NodeInfo, Taint
 from pdfleet.topology.names import CELL_NAME_MAX, cell_name
 from pdfleet.topology.placement import (
@@ -17,38 +19,23 @@ from pdfleet.topology.placement import (
     plan_placement,
 )
 
-H100 = "NVIDIA-H100-80GB-HBM3"
 A100 = "NVIDIA-A100-SXM4-80GB"
 
 
-def rack_nodes(
-    racks: str = "ab", per_rack: int = 2, gpus: int = 8, product: str = H100, **kw: object
-) -> list[NodeInfo]:
+def rack_nodes(racks: str = "ab", per_rack: int = 2, gpus: int = 8, product: str = H100, **kw: Any) -> list[NodeInfo]:
     return [
-        NodeInfo(
-            name=f"rack-{r}-node-{i}",
-            rack=f"rack-{r}",
-            zone=f"zone-{r}",
-            gpu_product=product,
-            gpu_allocatable=gpus,
-            ready=kw.get("ready", True),
-            schedulable=kw.get("schedulable", True),
-            labels=kw.get("labels", {}),
-            taints=kw.get("taints", ()),
-        )
+        fake_node_info(f"rack-{r}-node-{i}", f"rack-{r}", zone=f"zone-{r}", product=product, gpus=gpus, **kw)
         for r in racks
         for i in range(per_rack)
     ]
 
 
 def fleet(prefill: int = 2, decode: int = 2, placement: str = "RackPaired", **pools: dict) -> PDDeploymentSpec:
-    return parse_spec(
-        {
-            "model": {"name": "m"},
-            "prefill": {"replicas": prefill, **pools.get("prefill_spec", {})},
-            "decode": {"replicas": decode, **pools.get("decode_spec", {})},
-            "topology": {"placement": placement},
-        }
+    return minimal_spec(
+        model="m",
+        prefill={"replicas": prefill, **pools.get("prefill_spec", {})},
+        decode={"replicas": decode, **pools.get("decode_spec", {})},
+        topology={"placement": placement},
     )
 
 
@@ -146,7 +133,7 @@ def test_pools_share_gpus_on_shared_nodes() -> None:
 
 def test_decode_takes_nodes_prefill_cannot_use_first() -> None:
     nodes = rack_nodes("a", per_rack=1, gpus=2, product=H100) + [
-        NodeInfo("rack-a-small", "rack-a", "zone-a", A100, 2, True, True)
+        fake_node_info("rack-a-small", "rack-a", zone="zone-a", product=A100, gpus=2)
     ]
     spec = fleet(2, 2, prefill_spec={"gpuProduct": H100})
     placement = plan(spec, nodes)
@@ -208,7 +195,7 @@ def test_prefill_without_decode_replicas_is_rejected_when_paired() -> None:
 
 
 def test_nodes_without_rack_label_cannot_hold_rack_cells() -> None:
-    nodes = [NodeInfo("n0", None, None, H100, 8, True, True)]
+    nodes = [fake_node_info("n0", None, zone=None)]
     with pytest.raises(PlacementError) as caught:
         plan(fleet(), nodes)
     assert caught.value.reason == "NoRackLabel" and "topology.pdfleet.dev/rack" in caught.value.message

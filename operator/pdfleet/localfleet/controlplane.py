@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -37,6 +36,8 @@ from typing import Any, TypeVar
 import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+
+from pdfleet.localfleet.processes import free_ports, stop_processes
 
 CONTROL_PLANE_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 INSTALL_COMMAND = "bash .ci/install-control-plane.sh"
@@ -93,27 +94,10 @@ def find_binaries(names: Sequence[str] = CONTROL_PLANE_BINARIES) -> dict[str, Pa
     return found
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` distinct loopback TCP ports that were free a moment ago (OS-chosen, so parallel runs rarely collide)."""
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
 def namespace_name_for(test_name: str, keep: int = 40) -> str:
     """A fresh, valid namespace name that says which test it belongs to."""
     readable = re.sub(r"[^a-z0-9]+", "-", test_name.lower()).strip("-")[:keep].rstrip("-")
     return f"{readable}-{uuid.uuid4().hex[:6]}"
-
-
-def free_port() -> int:
-    """One free TCP port on 127.0.0.1 (see `free_ports`)."""
-    return free_ports(1)[0]
 
 
 def wait_until(check: Callable[[], T], timeout: float, what: str, interval: float = _POLL_SECONDS) -> T:
@@ -535,15 +519,7 @@ class LocalControlPlane:
         if self._client is not None:
             self._client.close()
             self._client = None
-        for process in reversed(self._processes):
-            if not process.exited():
-                process.popen.terminate()
-        for process in reversed(self._processes):
-            try:
-                process.popen.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.popen.kill()
-                process.popen.wait(timeout=10)
+        stop_processes([process.popen for process in reversed(self._processes)], grace_s=10, reap_s=10)
         self._processes.clear()
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)

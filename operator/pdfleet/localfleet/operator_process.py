@@ -15,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from pdfleet.localfleet.controlplane import die_with_parent_hook, free_port, wait_until
+from pdfleet.localfleet.controlplane import die_with_parent_hook, wait_until
+from pdfleet.localfleet.processes import free_ports, stop_process
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CRD_PATH = REPO_ROOT / "crds" / "pdfleet.dev_pddeployments.yaml"
@@ -50,8 +51,7 @@ class OperatorProcess:
     def __init__(self, kubeconfig: Path, extra_env: dict[str, str] | None = None) -> None:
         self.kubeconfig = kubeconfig
         self.extra_env = extra_env or {}
-        self.metrics_port = free_port()
-        self.health_port = free_port()
+        self.metrics_port, self.health_port = free_ports(2)
         self.log_path = Path(tempfile.mkstemp(prefix="pdfleet-operator-", suffix=".log")[1])
         self.popen: subprocess.Popen | None = None
 
@@ -111,12 +111,7 @@ class OperatorProcess:
         """Stop the operator (SIGTERM, then SIGKILL after a grace period)."""
         if self.popen is None:
             return
-        self.popen.terminate()
-        try:
-            self.popen.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait(timeout=5)
+        stop_process(self.popen, grace_s=15, reap_s=5)
         self.popen = None
 
     def __enter__(self) -> OperatorProcess:

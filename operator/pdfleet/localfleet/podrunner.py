@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from pdfleet.localfleet.controlplane import GPU_PRODUCT_LABEL
+from pdfleet.localfleet.processes import signal_process, stop_processes
 
 log = logging.getLogger("pdfleet.podrunner")
 
@@ -516,25 +517,12 @@ def _http_ok(url: str) -> bool:
 
 
 def _signal_group(pod: RunningPod, sig: signal.Signals) -> None:
-    if pod.process is None or pod.process.poll() is not None:
-        return
-    try:
-        os.killpg(pod.process.pid, sig)
-    except ProcessLookupError:
-        pass
+    if pod.process is not None:
+        signal_process(pod.process, sig, group=True)
 
 
 def _stop_processes(pods: Sequence[RunningPod], timeout: float) -> None:
     """SIGTERM every pod's process group at once, wait up to `timeout` s in all, then SIGKILL what is left."""
+    stop_processes([pod.process for pod in pods if pod.process is not None], grace_s=timeout, group=True, reap_s=5)
     for pod in pods:
-        _signal_group(pod, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    for pod in pods:
-        if pod.process is None:
-            continue
-        try:
-            pod.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _signal_group(pod, signal.SIGKILL)
-            pod.process.wait(timeout=5)
         pod.process = None

@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -24,6 +23,7 @@ import httpx
 import yaml
 
 from pdfleet.localfleet.controlplane import die_with_parent_hook
+from pdfleet.localfleet.processes import free_port, stop_process
 
 DEFAULT_BINARY = "/usr/bin/prometheus"
 ENGINE_JOB = "pdfleet-engines"
@@ -52,13 +52,6 @@ def prometheus_binary() -> str | None:
     """Path of the prometheus binary (env PDFLEET_PROMETHEUS_BIN, /usr/bin/prometheus, PATH), or None."""
     candidates = [os.environ.get("PDFLEET_PROMETHEUS_BIN"), DEFAULT_BINARY, shutil.which("prometheus")]
     return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def engine_pod_relabel_configs() -> list[dict]:
@@ -196,14 +189,7 @@ class PrometheusServer:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Terminate the server (SIGTERM, then SIGKILL after `timeout`)."""
-        if self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=timeout)
+        stop_process(self.process, grace_s=timeout, reap_s=timeout)
 
 
 def _wait_ready(server: PrometheusServer, timeout: float) -> None:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,16 +16,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 
+from pdfleet.localfleet.processes import free_port, stop_process
+
 KV_ROLE_BY_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer", "both": "kv_both"}
 DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 HEALTH_POLL_S = 0.05
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 class EngineProcess:
@@ -71,13 +64,7 @@ class EngineProcess:
 
     def stop(self, timeout: float = 5.0) -> None:
         """SIGTERM, wait up to `timeout`, then SIGKILL; removes the log file."""
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=timeout)
+        stop_process(self.proc, grace_s=timeout, reap_s=timeout)
         if os.path.exists(self.log_path):
             os.unlink(self.log_path)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -15,7 +14,7 @@ from typing import Any, Sequence
 
 import httpx
 
-from pdfleet.testing.engine_process import free_port
+from pdfleet.localfleet.processes import free_ports, stop_process
 
 
 class RouterProcess:
@@ -26,7 +25,7 @@ class RouterProcess:
         self.dir = Path(tempfile.mkdtemp(prefix="pdfleet-router-"))
         self.fleet_file = self.dir / "fleet.json"
         self.write_fleet(fleet)
-        self.port, self.admin_port = free_port(), free_port()
+        self.port, self.admin_port = free_ports(2)
         self.url, self.admin = f"http://127.0.0.1:{self.port}", f"http://127.0.0.1:{self.admin_port}"
         self.log_path = self.dir / "router.log"
         with self.log_path.open("wb") as log:
@@ -76,13 +75,7 @@ class RouterProcess:
 
     def stop(self) -> str:
         """Stop the router (SIGTERM, then SIGKILL); returns its log."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc, grace_s=10, reap_s=5)
         log = self.log()
         shutil.rmtree(self.dir, ignore_errors=True)
         return log
