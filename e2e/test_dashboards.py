@@ -8,6 +8,7 @@ import pytest
 
 from e2e_support import BackgroundLoad, Phase, e2e_pdd, phased_trace
 from pdfleet.localfleet.harness import LocalFleet
+from pdfleet.render.fleet_view import pod_url
 
 dashboards = pytest.importorskip("pdfleet.chart.dashboards")
 
@@ -26,7 +27,7 @@ def test_every_dashboard_query_returns_data(fleet: LocalFleet, namespace: str):
     fleet.wait_serving(namespace, "dash")
     prefill = fleet.pods(namespace, "dash", "prefill")[0]
     httpx.post(
-        f"http://{prefill['status']['podIP']}:8000/internal/faults",
+        pod_url(prefill["status"]["podIP"], 8000) + "/internal/faults",
         json={"fail_kv_source": 2},
         trust_env=False,
         timeout=5,

@@ -37,7 +37,7 @@ ALLOWED: dict[str, set[str]] = {
     # the simulator runs the router's and the autoscaler's own policy code
     "sim": {"api", "topology", "perfmodel", "autoscale", "router"},
     "loadgen": {"sim"},
-    "localfleet": {"api", "sim", "loadgen"},
+    "localfleet": {"api", "render", "sim", "loadgen"},
     # build-time generators derive the chart from the code
     "chart": {"api", "cluster", "reconcile", "autoscale", "operator", "router", "localfleet"},
     # test-only helpers; nothing above imports them

@@ -33,6 +33,7 @@ from pdfleet.localfleet.discovery import PodTargetDiscovery
 from pdfleet.localfleet.operator_process import OperatorProcess, install_crd
 from pdfleet.localfleet.podrunner import LocalPodRunner
 from pdfleet.localfleet.prometheus import PrometheusServer, ScrapeTarget, start_prometheus
+from pdfleet.render.fleet_view import pod_url
 
 log = logging.getLogger("pdfleet.fleet")
 T = TypeVar("T")
@@ -259,12 +260,12 @@ class LocalFleet:
     def router_url(self, namespace: str, name: str) -> str:
         """Data-port URL of a Ready router pod of the PDDeployment (its pod IP and spec.router.port)."""
         port = self.get(namespace, name)["spec"].get("router", {}).get("port", 8080)
-        return f"http://{self._router_pod(namespace, name)['status']['podIP']}:{port}"
+        return pod_url(self._router_pod(namespace, name)["status"]["podIP"], port)
 
     def router_admin_url(self, namespace: str, name: str) -> str:
         """Admin-port URL of a Ready router pod (spec.router.adminPort)."""
         port = self.get(namespace, name)["spec"].get("router", {}).get("adminPort", 8081)
-        return f"http://{self._router_pod(namespace, name)['status']['podIP']}:{port}"
+        return pod_url(self._router_pod(namespace, name)["status"]["podIP"], port)
 
     def router_endpoints(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """The router's view of its engines (`GET /admin/endpoints`)."""

@@ -39,6 +39,7 @@ from typing import Any
 
 from pdfleet.localfleet.controlplane import GPU_PRODUCT_LABEL
 from pdfleet.localfleet.processes import signal_process, stop_processes
+from pdfleet.render.fleet_view import pod_url
 
 log = logging.getLogger("pdfleet.podrunner")
 
@@ -113,7 +114,7 @@ def readiness_probe(container: Mapping[str, Any], pod_ip: str) -> Probe | None:
     if isinstance(port, str) and not port.isdigit():
         port = next(p["containerPort"] for p in container.get("ports") or [] if p.get("name") == port)
     return Probe(
-        url=f"http://{pod_ip}:{port}{http.get('path', '/')}",
+        url=pod_url(pod_ip, port) + http.get("path", "/"),
         period_s=float(spec.get("periodSeconds", 10)),
         failure_threshold=int(spec.get("failureThreshold", 3)),
     )
