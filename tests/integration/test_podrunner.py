@@ -53,7 +53,7 @@ def engine_pod(name: str) -> dict[str, Any]:
             "containers": [
                 {
                     "name": "engine",
-                    "image": "vllm/vllm-openai:v0.11.0",
+                    "image": "vllm/vllm-openai:v0.32.0",
                     "command": ["vllm", "serve"],
                     "args": [
                         "Qwen/Qwen2.5-0.5B-Instruct",

@@ -87,6 +87,16 @@ def test_schema_level_validations() -> None:
         "x-kubernetes-preserve-unknown-fields"
     ]
     assert spec["model"]["description"] == "The model to serve."
+    assert spec["engine"]["properties"]["image"]["default"] == "vllm/vllm-openai:v0.32.0"
+    kv = spec["kvTransfer"]["properties"]
+    # optional transport settings: no default in the schema (unset means vLLM's / UCX's own default)
+    assert kv["bufferDevice"]["enum"] == ["cuda", "cpu"] and "default" not in kv["bufferDevice"]
+    for port in ("sideChannelPort", "bootstrapPort"):
+        assert (kv[port]["type"], kv[port]["minimum"], kv[port]["maximum"]) == ("integer", 1, 65535)
+        assert "default" not in kv[port]
+    assert kv["mooncakeProtocol"]["enum"] == ["rdma", "tcp"]
+    for field in ("ucxTransports", "ucxNetDevices"):
+        assert kv[field]["type"] == "array" and kv[field]["minItems"] == 1 and "pattern" in kv[field]["items"]
 
 
 def test_status_keeps_unknown_fields_everywhere() -> None:

@@ -14,7 +14,7 @@ SAMPLES = sorted((Path(__file__).resolve().parents[2] / "manifests" / "samples")
 
 def test_the_real_situations_are_covered() -> None:
     names = {p.stem for p in SAMPLES}
-    assert {"rag-long-prompts", "chat-long-answers", "agent-long-context", "heterogeneous-gpus"} <= names
+    assert {"rag-long-prompts", "chat-long-answers", "agent-long-context", "heterogeneous-gpus", "tcp-no-rdma"} <= names
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=[p.stem for p in SAMPLES])
@@ -41,3 +41,16 @@ def test_heterogeneous_fleet_pins_each_pool_to_its_gpu_product() -> None:
     spec = _spec("heterogeneous-gpus")
     assert "H100" in spec.prefill.gpu_product
     assert spec.decode.gpu_product and "H100" not in spec.decode.gpu_product
+
+
+def test_samples_run_the_current_vllm_release() -> None:
+    for path in SAMPLES:
+        engine = yaml.safe_load(path.read_text())["spec"].get("engine", {})
+        if engine.get("kind", "vllm") == "vllm" and "image" in engine:
+            assert engine["image"] == "vllm/vllm-openai:v0.32.0", path.name
+
+
+def test_no_rdma_fleet_moves_kv_over_tcp_from_host_memory() -> None:
+    kv = _spec("tcp-no-rdma").kv_transfer
+    assert (kv.connector, kv.buffer_device) == ("nixl", "cpu")
+    assert "tcp" in kv.ucx_transports and kv.ucx_net_devices

@@ -103,7 +103,7 @@ def _view(**changes) -> ContainerView:
     base = dict(
         ip="127.1.0.5",
         name="engine",
-        image="vllm/vllm-openai:v0.11.0",
+        image="vllm/vllm-openai:v0.32.0",
         supported=True,
         running=True,
         ready=True,

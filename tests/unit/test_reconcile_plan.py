@@ -39,7 +39,7 @@ NODES = [node("a0", "rack-a"), node("a1", "rack-a"), node("b0", "rack-b"), node(
 def pdd(prefill: int = 2, decode: int = 2, status: dict | None = None, **spec_overrides: Any) -> dict[str, Any]:
     spec = {
         "model": {"name": "m", "servedModelName": "m"},
-        "engine": {"kind": "vllm", "image": "vllm/vllm-openai:v0.11.0"},
+        "engine": {"kind": "vllm", "image": "vllm/vllm-openai:v0.32.0"},
         "prefill": {"replicas": prefill, "gpusPerReplica": 1},
         "decode": {"replicas": decode, "gpusPerReplica": 1},
         **spec_overrides,

@@ -158,7 +158,7 @@ def test_the_plan_writes_and_pushes_the_same_view() -> None:
         "metadata": {"name": "llama", "namespace": "inference", "uid": "u1", "generation": 3},
         "spec": {
             "model": {"name": "m", "servedModelName": "llama-70b"},
-            "engine": {"kind": "vllm", "image": "vllm/vllm-openai:v0.11.0"},
+            "engine": {"kind": "vllm", "image": "vllm/vllm-openai:v0.32.0"},
             "prefill": {"replicas": 2, "gpusPerReplica": 1},
             "decode": {"replicas": 2, "gpusPerReplica": 1},
         },

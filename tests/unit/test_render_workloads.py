@@ -14,16 +14,15 @@ from pdfleet.render.children import render_fleet
 from pdfleet.render.meta import Owner
 from pdfleet.render.pdb import render_pool_pdb
 from pdfleet.render.statefulset import render_cell_statefulset
-from pdfleet.topology.inventory import NodeInfo
+from pdfleet.testing.builders import H100, fake_node_info, minimal_spec
 from pdfleet.topology.placement import Cell, Placement, plan_placement
 
 OWNER = Owner(name="llama", namespace="inference", uid="0000-1111")
-H100 = "NVIDIA-H100-80GB-HBM3"
 CELL = Cell(pool="decode", rack="rack-a", zone="zone-1", replicas=3, name="llama-decode-rack-a")
 
 
 def spec_of(**sections: object):
-    return parse_spec({"model": {"name": "m", "servedModelName": "llama"}, **sections})
+    return minimal_spec(model="m", served_name="llama", **sections)
 
 
 def pod_of(sts: dict) -> dict:
@@ -84,9 +83,12 @@ def test_engine_container_resources_probes_and_env() -> None:
         },
     )
     (container,) = pod_of(render_cell_statefulset(OWNER, spec, CELL))["containers"]
-    assert container["image"] == "vllm/vllm-openai:v0.11.0"
+    assert container["image"] == "vllm/vllm-openai:v0.32.0"
     assert container["command"] == ["vllm", "serve"]
-    assert container["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+    assert container["ports"] == [
+        {"name": "http", "containerPort": 8000, "protocol": "TCP"},
+        {"name": "nixl-side", "containerPort": 5600, "protocol": "TCP"},  # NIXL's handshake side channel
+    ]
     expected = {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "2"}
     assert container["resources"] == {"limits": expected, "requests": expected}
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
@@ -98,7 +100,36 @@ def test_engine_container_resources_probes_and_env() -> None:
     assert env["PDFLEET_RACK"] == {"name": "PDFLEET_RACK", "value": "rack-a"}
     assert env["PDFLEET_ZONE"] == {"name": "PDFLEET_ZONE", "value": "override"}
     assert env["HF_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "hf", "key": "token"}}
+    # NIXL: decode dials the prefill's side channel at the pod IP (vLLM's default "localhost" works on one host only)
+    for name in ("VLLM_HOST_IP", "VLLM_NIXL_SIDE_CHANNEL_HOST"):
+        assert env[name]["valueFrom"]["fieldRef"] == {"apiVersion": "v1", "fieldPath": "status.podIP"}
+    assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": "5600"}
     assert len(env) == len(container["env"]), "env names must be unique for server-side apply"
+
+
+def test_kv_transport_env_and_ports_of_the_spec_and_user_env_wins() -> None:
+    spec = spec_of(
+        engine={"port": 8100, "env": [{"name": "VLLM_HOST_IP", "value": "10.0.0.9"}]},
+        kvTransfer={"sideChannelPort": 5700, "bufferDevice": "cpu", "ucxTransports": ["tcp"], "ucxNetDevices": ["lo"]},
+    )
+    (container,) = pod_of(render_cell_statefulset(OWNER, spec, CELL))["containers"]
+    assert [(p["name"], p["containerPort"]) for p in container["ports"]] == [("http", 8100), ("nixl-side", 5700)]
+    env = {var["name"]: var for var in container["env"]}
+    assert env["VLLM_HOST_IP"] == {"name": "VLLM_HOST_IP", "value": "10.0.0.9"}
+    assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"]["value"] == "5700"
+    assert (env["UCX_TLS"]["value"], env["UCX_NET_DEVICES"]["value"]) == ("tcp", "lo")
+    assert len(env) == len(container["env"])
+    assert '"kv_buffer_device":"cpu"' in container["args"][container["args"].index("--kv-transfer-config") + 1]
+
+
+def test_mooncake_prefill_declares_its_bootstrap_port() -> None:
+    spec = spec_of(kvTransfer={"connector": "mooncake"})
+    prefill = Cell(pool="prefill", rack="rack-a", zone="zone-1", replicas=1, name="llama-prefill-rack-a")
+    ports = {
+        cell.pool: [p["name"] for p in pod_of(render_cell_statefulset(OWNER, spec, cell))["containers"][0]["ports"]]
+        for cell in (prefill, CELL)
+    }
+    assert ports == {"prefill": ["http", "mooncake-boot"], "decode": ["http"]}
 
 
 def test_pod_without_gpus_has_no_gpu_resource() -> None:
@@ -233,11 +264,7 @@ def test_rendering_is_deterministic_and_does_not_alias_input() -> None:
 def test_basic_sample_renders_a_rack_paired_two_by_two_fleet() -> None:
     sample = yaml.safe_load((Path(__file__).resolve().parents[2] / "manifests/samples/basic.yaml").read_text())
     spec = parse_spec(sample["spec"])
-    nodes = [
-        NodeInfo(f"{rack}-node-{i}", rack, "zone-1", H100, 8, True, True)
-        for rack in ("rack-a", "rack-b")
-        for i in range(2)
-    ]
+    nodes = [fake_node_info(f"{rack}-node-{i}", rack) for rack in ("rack-a", "rack-b") for i in range(2)]
     owner = Owner(name=sample["metadata"]["name"], namespace="default", uid="u")
     placement = plan_placement(spec, nodes, pdd_name=owner.name)
     objects = render_fleet(owner, spec, placement, pdb_api_version="policy/v1", operator_image="pdfleet:dev")

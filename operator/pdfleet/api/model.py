@@ -34,6 +34,13 @@ LABEL_KEY_PATTERN = (
 LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
 QUANTITY_PATTERN = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkKMGTPE]|[KMGTPE]i)?$"
 ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+# One UCX transport name (UCX_TLS item), optionally negated with a leading ^ (e.g. tcp, sm, cuda_copy, ^cuda_ipc).
+UCX_TRANSPORT_PATTERN = r"^\^?[a-z][a-z0-9_]*$"
+# One UCX network device (UCX_NET_DEVICES item): an interface or HCA port (e.g. eth0, lo, mlx5_0:1) or "all".
+UCX_DEVICE_PATTERN = r"^[A-Za-z0-9][-A-Za-z0-9_.]*(:[0-9]+)?$"
+# vLLM's defaults (vllm/envs.py) for the ports its KV connectors listen on.
+DEFAULT_NIXL_SIDE_CHANNEL_PORT = 5600
+DEFAULT_MOONCAKE_BOOTSTRAP_PORT = 8998
 # Object names must be DNS-1035 labels (Service names) with room for "-prefill" and the cell suffix.
 MAX_NAME_LENGTH = 44
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
@@ -121,7 +128,7 @@ class EngineSpec(ApiModel):
     """Inference engine image and arguments shared by both pools."""
 
     kind: Literal["vllm", "sglang"] = Field(default="vllm", description="Engine implementation.")
-    image: str = Field(default="vllm/vllm-openai:v0.11.0", min_length=1, description="Engine container image.")
+    image: str = Field(default="vllm/vllm-openai:v0.32.0", min_length=1, description="Engine container image.")
     port: Port = Field(default=8000, description="HTTP port the engine serves the OpenAI API and /metrics on.")
     args: list[str] = Field(default_factory=list, description="Extra engine arguments, appended after pdfleet's.")
     env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables for the engine.")
@@ -135,6 +142,10 @@ class EngineSpec(ApiModel):
         return self
 
 
+UcxTransport = Annotated[str, Field(pattern=UCX_TRANSPORT_PATTERN, max_length=63)]
+UcxDevice = Annotated[str, Field(pattern=UCX_DEVICE_PATTERN, max_length=63)]
+
+
 class KVTransferSpec(ApiModel):
     """How decode instances pull the KV cache that prefill instances computed."""
 
@@ -142,8 +153,84 @@ class KVTransferSpec(ApiModel):
         default="nixl", description="KV transfer connector (NIXL, Mooncake or LMCache)."
     )
     cache_dtype: Literal["auto", "fp8", "int8"] = Field(
-        default="auto", description="KV cache data type; fp8/int8 quantize the cache (and the transfer)."
+        default="auto",
+        description=(
+            "KV cache data type; fp8/int8 quantize the cache (and the transfer). vLLM takes int8 as"
+            " int8_per_token_head (its Triton attention backend); SGLang has no int8."
+        ),
     )
+    buffer_device: Literal["cuda", "cpu"] | None = Field(
+        default=None,
+        description=(
+            "vLLM with nixl: where the KV is staged for transfer (kv_buffer_device). cuda: GPU memory (RDMA, NVLink);"
+            " cpu: host memory, for transports that cannot register GPU memory (e.g. TCP). Unset: vLLM's default."
+        ),
+    )
+    side_channel_port: Port | None = Field(
+        default=None,
+        description=(
+            "vLLM with nixl: port of the NIXL handshake side channel (VLLM_NIXL_SIDE_CHANNEL_PORT), declared as"
+            f" container port nixl-side. Unset: {DEFAULT_NIXL_SIDE_CHANNEL_PORT}."
+        ),
+    )
+    bootstrap_port: Port | None = Field(
+        default=None,
+        description=(
+            "vLLM with mooncake: port of the prefill's Mooncake bootstrap server (VLLM_MOONCAKE_BOOTSTRAP_PORT),"
+            f" declared as container port mooncake-boot on prefill pods. Unset: {DEFAULT_MOONCAKE_BOOTSTRAP_PORT}."
+        ),
+    )
+    mooncake_protocol: Literal["rdma", "tcp"] | None = Field(
+        default=None,
+        description=(
+            "vLLM with mooncake: the Mooncake transfer engine's protocol (kv_connector_extra_config.mooncake_protocol);"
+            " tcp for clusters without RDMA. Unset: vLLM's default (rdma)."
+        ),
+    )
+    ucx_transports: list[UcxTransport] | None = Field(
+        default=None,
+        min_length=1,
+        description=(
+            "vLLM with nixl or lmcache: UCX transports NIXL may use (env UCX_TLS, joined with commas), e.g."
+            " [rc, ud, sm, cuda_copy] with RDMA or [tcp, sm, self] without. Unset: UCX picks (all)."
+        ),
+    )
+    ucx_net_devices: list[UcxDevice] | None = Field(
+        default=None,
+        min_length=1,
+        description=(
+            "vLLM with nixl or lmcache: network devices UCX may use (env UCX_NET_DEVICES, joined with commas), e.g."
+            " [mlx5_0:1, mlx5_1:1] or [eth0]. Unset: UCX picks (all)."
+        ),
+    )
+
+    @property
+    def effective_side_channel_port(self) -> int:
+        """The NIXL side-channel port vLLM listens on: sideChannelPort, else vLLM's default."""
+        return self.side_channel_port or DEFAULT_NIXL_SIDE_CHANNEL_PORT
+
+    @property
+    def effective_bootstrap_port(self) -> int:
+        """The Mooncake bootstrap port a vLLM prefill listens on: bootstrapPort, else vLLM's default."""
+        return self.bootstrap_port or DEFAULT_MOONCAKE_BOOTSTRAP_PORT
+
+
+# Which kvTransfer fields apply to which vLLM connectors (none applies to SGLang), and the env var each one renders.
+VLLM_ONLY_KV_FIELDS: dict[str, tuple[str, ...]] = {
+    "buffer_device": ("nixl",),
+    "side_channel_port": ("nixl",),
+    "bootstrap_port": ("mooncake",),
+    "mooncake_protocol": ("mooncake",),
+    # LMCache's disaggregated prefill moves the KV through NIXL too, so UCX's settings reach it.
+    "ucx_transports": ("nixl", "lmcache"),
+    "ucx_net_devices": ("nixl", "lmcache"),
+}
+KV_FIELD_ENV = {
+    "side_channel_port": "VLLM_NIXL_SIDE_CHANNEL_PORT",
+    "bootstrap_port": "VLLM_MOONCAKE_BOOTSTRAP_PORT",
+    "ucx_transports": "UCX_TLS",
+    "ucx_net_devices": "UCX_NET_DEVICES",
+}
 
 
 class Toleration(ApiModel):
@@ -356,6 +443,42 @@ class PDDeploymentSpec(ApiModel):
             raise ValueError("kvTransfer.connector: sglang supports nixl or mooncake, not lmcache")
         if self.engine.kind == "sglang" and self.kv_transfer.cache_dtype == "int8":
             raise ValueError("kvTransfer.cacheDtype: sglang supports auto or fp8, not int8")
+        return self
+
+    @model_validator(mode="after")
+    def _kv_transport_settings_fit(self) -> PDDeploymentSpec:
+        kv = self.kv_transfer
+        user_env = {var.name for var in self.engine.env}
+        for name, connectors in VLLM_ONLY_KV_FIELDS.items():
+            if getattr(kv, name) is None:
+                continue
+            field = f"kvTransfer.{to_camel(name)}"
+            if self.engine.kind != "vllm":
+                raise ValueError(f"{field}: applies to vLLM's KV connectors, not engine.kind {self.engine.kind}")
+            if kv.connector not in connectors:
+                raise ValueError(f"{field}: applies to connector {' or '.join(connectors)}, not {kv.connector}")
+            if KV_FIELD_ENV.get(name) in user_env:
+                raise ValueError(f"{field}: engine.env also sets {KV_FIELD_ENV[name]}; set only one of them")
+        return self
+
+    @model_validator(mode="after")
+    def _engine_ports_distinct(self) -> PDDeploymentSpec:
+        if self.engine.kind != "vllm":
+            return self
+        kv = self.kv_transfer
+        if kv.connector == "nixl":
+            field, what, port = "sideChannelPort", "NIXL side channel", kv.effective_side_channel_port
+            default = DEFAULT_NIXL_SIDE_CHANNEL_PORT
+        elif kv.connector == "mooncake":
+            field, what, port = "bootstrapPort", "Mooncake bootstrap server", kv.effective_bootstrap_port
+            default = DEFAULT_MOONCAKE_BOOTSTRAP_PORT
+        else:
+            return self
+        if port == self.engine.port:
+            raise ValueError(
+                f"engine.port: {port} is also the {what} port (kvTransfer.{field}, default {default});"
+                " give one of them another port"
+            )
         return self
 
     @model_validator(mode="after")

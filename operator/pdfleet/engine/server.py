@@ -30,7 +30,7 @@ from pdfleet.perfmodel.timing import Hardware, kv_bytes_per_token, kv_capacity_t
 
 log = logging.getLogger("pdfleet.engine")
 
-VLLM_VERSION = "0.11.0"  # the vLLM release whose wire format the emulator follows
+VLLM_VERSION = "0.32.0"  # the vLLM release whose wire format the emulator follows
 KV_PULL_TIMEOUT_S = 10.0
 CRASH_EXIT_CODE = 70
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}

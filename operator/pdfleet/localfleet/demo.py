@@ -78,7 +78,7 @@ def demo_pdd(
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "servedModelName": "llama-8b"},
-            "engine": {"kind": "vllm", "image": "vllm/vllm-openai:v0.11.0", "args": ["--max-num-seqs", "16"]},
+            "engine": {"kind": "vllm", "image": "vllm/vllm-openai:v0.32.0", "args": ["--max-num-seqs", "16"]},
             "kvTransfer": {"connector": "nixl"},
             "prefill": pool(),
             "decode": pool(),

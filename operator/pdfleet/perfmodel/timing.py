@@ -23,6 +23,7 @@ KV_DTYPE_BYTES = {
     "fp8_e4m3": 1,
     "fp8_e5m2": 1,
     "int8": 1,
+    "int8_per_token_head": 1,
 }
 TP_EFFICIENCY = 0.9  # fraction of linear speedup kept per extra tensor-parallel GPU (all-reduce cost)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pdfleet.api.model import GPU_RESOURCE, PDDeploymentSpec, PoolSpec
-from pdfleet.render.engine_args import render_engine_command
+from pdfleet.render.engine_args import render_engine_command, render_kv_transfer_env, render_kv_transfer_ports
 from pdfleet.render.meta import (
     LABEL_CELL,
     LABEL_RACK,
@@ -47,6 +47,7 @@ def _env(spec: PDDeploymentSpec, cell: Cell) -> list[dict[str, Any]]:
         {"name": "PDFLEET_POOL", "value": cell.pool},
         {"name": "PDFLEET_RACK", "value": cell.rack},
         {"name": "PDFLEET_ZONE", "value": cell.zone},
+        *render_kv_transfer_env(spec, cell.pool),
     ]
     user = [var.model_dump(by_alias=True, exclude_none=True) for var in spec.engine.env]
     # env is keyed by name for server-side apply: a user variable replaces pdfleet's of the same name.
@@ -83,7 +84,10 @@ def _pod_spec(spec: PDDeploymentSpec, cell: Cell) -> dict[str, Any]:
         "image": spec.engine.image,
         "command": command,
         "args": args,
-        "ports": [{"name": ENGINE_PORT_NAME, "containerPort": spec.engine.port, "protocol": "TCP"}],
+        "ports": [
+            {"name": ENGINE_PORT_NAME, "containerPort": spec.engine.port, "protocol": "TCP"},
+            *render_kv_transfer_ports(spec, cell.pool),
+        ],
         "env": _env(spec, cell),
         "resources": _resources(pool),
         "startupProbe": http_probe("/health", ENGINE_PORT_NAME, **STARTUP_PROBE),

@@ -20,7 +20,7 @@ from pdfleet.topology.inventory import NodeInfo, Taint
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
-VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
+VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"
 _TOPOLOGY = TopologySpec()
 
 
