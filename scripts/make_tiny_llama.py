@@ -25,8 +25,10 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -126,6 +128,15 @@ def main(argv: list[str] | None = None) -> int:
 
     out = args.out_dir.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    # Leftovers of runs killed more than an hour ago (a SIGKILL skips the cleanup below).
+    for stale in list(out.parent.glob(f".{out.name}.tmp-*")) + list(out.parent.glob(f".{out.name}.old-*")):
+        if time.time() - stale.stat().st_mtime > 3600:
+            shutil.rmtree(stale, ignore_errors=True)
+    # SIGTERM (a test's timeout, Ctrl-C in a parent) becomes SystemExit, so the cleanup below still runs.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         build_tokenizer(tmp)
@@ -133,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
 
         tok = PreTrainedTokenizerFast.from_pretrained(tmp)
         build_model(tmp, args.seed, len(tok), tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
+        # mkdtemp makes the folder 0700 and safetensors may write 0600: make the model readable by any engine user.
+        os.chmod(tmp, 0o755)
+        for f in tmp.iterdir():
+            os.chmod(f, 0o644)
         # Swap into place: a reader sees either the old folder or the new one, never a half-written one.
         old = None
         if out.exists():
