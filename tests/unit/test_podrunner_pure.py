@@ -8,6 +8,7 @@ from pathlib import Path
 from pdfleet.localfleet.podrunner import (
     ContainerView,
     Probe,
+    claim_address_block,
     grace_seconds,
     local_argv,
     node_env,
@@ -24,6 +25,20 @@ POD = {"metadata": {"name": "llama-prefill-rack-a-0", "namespace": "inference"},
 
 def test_pod_ips_are_loopback_addresses_counted_up_from_127_1_0_1():
     assert [pod_ip(i) for i in (0, 1, 255)] == ["127.1.0.1", "127.1.0.2", "127.1.1.0"]
+
+
+def test_each_runner_claims_its_own_address_block_until_it_lets_go():
+    first, first_claim = claim_address_block()
+    second, second_claim = claim_address_block()
+    try:
+        assert first != second
+        assert pod_ip(0, second) == f"127.{1 + second}.0.1"
+    finally:
+        second_claim.close()
+    third, third_claim = claim_address_block()
+    third_claim.close()
+    first_claim.close()
+    assert third == second
 
 
 def test_vllm_serve_becomes_the_emulator_bound_to_the_pod_ip():

@@ -73,9 +73,14 @@ class MissingBinariesError(ControlPlaneError):
         )
 
 
+def cache_dir() -> Path:
+    """Where the install scripts cache what they build: $PDFLEET_CACHE, default ~/.cache/pdfleet."""
+    return Path(os.environ.get("PDFLEET_CACHE", Path.home() / ".cache" / "pdfleet")).expanduser()
+
+
 def cache_bin_dir() -> Path:
-    """Folder the install script fills: $PDFLEET_CACHE/bin, default ~/.cache/pdfleet/bin."""
-    return Path(os.environ.get("PDFLEET_CACHE", Path.home() / ".cache" / "pdfleet")).expanduser() / "bin"
+    """Folder .ci/install-control-plane.sh fills: the control plane, kubectl and helm."""
+    return cache_dir() / "bin"
 
 
 def find_binaries(names: Sequence[str] = CONTROL_PLANE_BINARIES) -> dict[str, Path]:

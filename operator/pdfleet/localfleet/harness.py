@@ -2,8 +2,9 @@
 
 One context manager starts, in order: a real control plane (`LocalControlPlane`), GPU Nodes on N racks labelled as the
 operator expects, the PDDeployment CRD, the operator process, Prometheus with pod-annotation discovery, and the local
-pod runner that plays the kubelet (engine pods become emulator processes, the router pod a router process, each on its
-own 127.1.x.y address). Leaving the block -- normally, on an exception or on Ctrl-C -- stops every process it started.
+pod runner that plays the kubelet (engine pods become emulator processes, or real vLLM with `engine="vllm"`, the router
+pod a router process, each on its own loopback address, from a block no other local fleet holds). Leaving the block --
+normally, on an exception or on Ctrl-C -- stops every process it started.
 
 The nodes carry `nvidia.com/gpu.product=NVIDIA-L4` by default, and the pod runner hands each engine its node's GPU, so
 emulated engines run the L4 timing model: Llama-3.1-8B prefills ~300 ms per 1K-token prompt and decodes ~73 ms per
@@ -100,9 +101,11 @@ class LocalFleet:
         operator_env: Mapping[str, str] | None = None,
         runner_env: Mapping[str, str] | None = None,
         config_sync_s: float = KUBELET_CONFIG_SYNC_S,
+        engine: str = "emulator",
     ) -> None:
         """Nothing starts here. `operator_env` and `runner_env` add to the operator's and every pod's environment;
-        `config_sync_s` is how late a ConfigMap change reaches a running pod's files (LocalPodRunner)."""
+        `config_sync_s` is how late a ConfigMap change reaches a running pod's files; `engine` runs engine pods as
+        the emulator or as real vLLM (LocalPodRunner)."""
         self.racks = tuple(racks)
         self.nodes_per_rack = nodes_per_rack
         self.gpus_per_node = gpus_per_node
@@ -111,6 +114,7 @@ class LocalFleet:
         self.operator_env = {**OPERATOR_ENV, **(operator_env or {})}
         self.runner_env = dict(runner_env or {})
         self.config_sync_s = config_sync_s
+        self.engine = engine
         self.control_plane = LocalControlPlane()
         self.node_names: list[str] = []
         self.api: Any = None
@@ -153,7 +157,9 @@ class LocalFleet:
                 )
             )
             self.runner = self._stack.enter_context(
-                LocalPodRunner(self.api, extra_env=self.runner_env, config_sync_s=self.config_sync_s)
+                LocalPodRunner(
+                    self.api, extra_env=self.runner_env, config_sync_s=self.config_sync_s, engine=self.engine
+                )
             )
             log.info("local fleet up in %.1f s (Prometheus %s)", time.monotonic() - began, self.prometheus.url)
         except BaseException:

@@ -1,10 +1,13 @@
 """Local pod runner -- test and demo infrastructure that plays the kubelet for the harness's fake Nodes.
 
 In a real cluster the kubelet starts a pod's containers. Here nothing would, so this runner watches the pods bound to
-the nodes it owns and, for each, starts the process the pod asks for on the pod's own loopback address (127.1.x.y: all
-of 127/8 routes to `lo`, so every pod can bind its container port, as if it had its own network namespace):
+the nodes it owns and, for each, starts the process the pod asks for on the pod's own loopback address (127.b.x.y, from
+an address block b that no other runner on the machine holds; all of 127/8 routes to `lo`, so every pod can bind its
+container port, as if it had its own network namespace):
 
-- `vllm serve ...`   -> the engine emulator, `python -m pdfleet engine serve ...` with the same args;
+- `vllm serve ...`   -> the engine emulator, `python -m pdfleet engine serve ...` with the same args, or, in a
+                       runner started with `engine="vllm"`, real vLLM: the `vllm` of the venv `.ci/install-vllm.sh`
+                       builds, with the same args and env (localfleet.real_vllm);
 - `pdfleet ...`      -> `python -m pdfleet ...` (the router);
 - anything else      -> the pod is reported as failing to start (no container runtime here).
 
@@ -26,6 +29,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pdfleet.localfleet import real_vllm
 from pdfleet.localfleet.controlplane import GPU_PRODUCT_LABEL
 from pdfleet.localfleet.processes import signal_process, stop_processes
 from pdfleet.render.fleet_view import pod_url
@@ -48,24 +53,49 @@ MAX_BACKOFF_SECONDS = 10.0
 MAX_GRACE_SECONDS = 30.0
 PROBE_TIMEOUT_SECONDS = 1.0
 FIRST_POD_IP = ipaddress.IPv4Address("127.1.0.1")
+# Each runner owns one 127.<1+block>.0.0/16 of pod addresses, claimed by binding a socket on the block's last address,
+# so fleets run side by side on one machine (a demo beside a test run) never share an address.
+ADDRESS_BLOCKS = 200
+BLOCK_CLAIM_PORT = 29998
 EMULATOR_GPU_ENV = "PDFLEET_EMULATOR_GPU"
+ENGINES = ("emulator", "vllm")
+# Real vLLM's NIXL thread spins a core even when idle: run real engines below the control plane and the router.
+REAL_ENGINE_NICENESS = 10
 
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def pod_ip(index: int) -> str:
-    """The `index`-th pod address (0-based) in 127.1.0.1 upwards; all of 127/8 is loopback on Linux."""
-    return str(FIRST_POD_IP + index)
+def pod_ip(index: int, block: int = 0) -> str:
+    """The `index`-th pod address (0-based) of address block `block`: 127.<1+block>.0.1 upwards (all of 127/8 is
+    loopback on Linux)."""
+    return str(FIRST_POD_IP + (block << 16) + index)
 
 
-def local_argv(argv: Sequence[str], pod_ip: str) -> list[str] | None:
-    """The local command that stands in for a container's command+args, bound to the pod IP; None if unsupported."""
+def claim_address_block() -> tuple[int, socket.socket]:
+    """The first free address block and the socket that holds it (close it to free the block)."""
+    for block in range(ADDRESS_BLOCKS):
+        claim = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            claim.bind((pod_ip(0xFFFD, block), BLOCK_CLAIM_PORT))
+        except OSError:
+            claim.close()
+            continue
+        return block, claim
+    raise RuntimeError(f"all {ADDRESS_BLOCKS} pod address blocks are in use by other local fleets")
+
+
+def local_argv(argv: Sequence[str], pod_ip: str, vllm: Path | None = None) -> list[str] | None:
+    """The local command that stands in for a container's command+args, bound to the pod IP (as a pod's own network
+    namespace would bind it); `vllm` runs engine containers as real vLLM instead of the emulator. None if
+    unsupported."""
     if not argv:
         return None
     program, rest = Path(argv[0]).name, list(argv[1:])
     if program == "vllm":
+        if vllm is not None:
+            return [str(vllm), *rest, "--host", pod_ip]
         return [sys.executable, "-m", "pdfleet", "engine", *rest, "--host", pod_ip]
     if program == "pdfleet":
         return [sys.executable, "-m", "pdfleet", *rest, "--host", pod_ip]
@@ -195,11 +225,17 @@ def pod_status(view: ContainerView, now: str) -> dict[str, Any]:
     }
 
 
-def _tie_to_current_thread() -> Callable[[], None]:
-    """preexec hook: the child gets SIGTERM when the forking thread (the runner's loop) dies without cleaning up."""
+def _child_setup(niceness: int) -> Callable[[], None]:
+    """preexec hook: the child gets SIGTERM when the forking thread (the runner's loop) dies without cleaning up, and
+    runs at `niceness` (what a kubelet's CPU limit does, roughly: a busy engine cannot starve the control plane)."""
     prctl = ctypes.CDLL(None, use_errno=True).prctl
     pr_set_pdeathsig = 1
-    return lambda: prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+    def setup() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGTERM)
+        os.nice(niceness)
+
+    return setup
 
 
 @dataclass
@@ -217,6 +253,7 @@ class RunningPod:
     env: dict[str, str]
     probe: Probe | None
     config_volumes: dict[str, tuple[str, Path]]  # volume name -> (configMap name, local dir)
+    niceness: int = 0
     process: subprocess.Popen | None = None
     restarts: int = 0
     last_exit_code: int | None = None
@@ -240,7 +277,8 @@ class LocalPodRunner:
 
     `extra_env` is added to every process's environment (under the container's own env). `config_sync_s` is how
     often a running pod's configMap volumes are refreshed (0: every poll); a real kubelet takes up to about a minute,
-    which is what the operator's fleet-view push to the routers is for.
+    which is what the operator's fleet-view push to the routers is for. `engine` is what runs engine containers:
+    "emulator", or "vllm" (real vLLM from .ci/install-vllm.sh; RuntimeError when it is not installed).
     """
 
     def __init__(
@@ -249,9 +287,15 @@ class LocalPodRunner:
         node_names: Sequence[str] | None = None,
         extra_env: Mapping[str, str] | None = None,
         config_sync_s: float = 0.0,
+        engine: str = "emulator",
     ):
         from kubernetes import client
 
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+        if engine == "vllm" and (why := real_vllm.missing()):
+            raise RuntimeError(why)
+        self.vllm = real_vllm.vllm_executable() if engine == "vllm" else None
         self.core = client.CoreV1Api(api_client)
         self.node_names = set(node_names) if node_names is not None else None
         self.extra_env = dict(extra_env or {})
@@ -260,6 +304,7 @@ class LocalPodRunner:
         self.pods: dict[str, RunningPod] = {}
         self._lock = threading.Lock()
         self._ips_used = 0
+        self.address_block, self._block_claim = claim_address_block()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="pod-runner", daemon=True)
 
@@ -276,6 +321,7 @@ class LocalPodRunner:
             pods = list(self.pods.values())
             self.pods.clear()
         _stop_processes(pods, timeout=10.0)
+        self._block_claim.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> LocalPodRunner:
@@ -348,7 +394,7 @@ class LocalPodRunner:
 
     def _admit(self, pod: Mapping[str, Any]) -> RunningPod:
         meta, spec = pod["metadata"], pod["spec"]
-        ip = pod_ip(self._ips_used)
+        ip = pod_ip(self._ips_used, self.address_block)
         self._ips_used += 1
         workdir = self.workdir / f"{meta['namespace']}_{meta['name']}_{meta['uid'][:8]}"
         workdir.mkdir(parents=True)
@@ -362,7 +408,7 @@ class LocalPodRunner:
             mounts[mount["mountPath"]] = local
             if "configMap" in volume:
                 config_volumes[mount["name"]] = (volume["configMap"]["name"], local)
-        argv = local_argv(list(container.get("command") or []) + list(container.get("args") or []), ip)
+        argv = local_argv(list(container.get("command") or []) + list(container.get("args") or []), ip, self.vllm)
         running = RunningPod(
             uid=meta["uid"],
             namespace=meta["namespace"],
@@ -375,6 +421,7 @@ class LocalPodRunner:
             env={**os.environ, **self._node_env(spec["nodeName"]), **self.extra_env, **resolve_env(container, pod, ip)},
             probe=readiness_probe(container, ip),
             config_volumes=config_volumes,
+            niceness=REAL_ENGINE_NICENESS if self.vllm is not None and argv and argv[0] == str(self.vllm) else 0,
         )
         with self._lock:
             self.pods[running.uid] = running
@@ -439,7 +486,7 @@ class LocalPodRunner:
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
-                    preexec_fn=_tie_to_current_thread(),
+                    preexec_fn=_child_setup(pod.niceness),
                 )
             pod.started_at = _now()
             pod.next_probe = 0.0
