@@ -3,19 +3,14 @@ background, and a recorder of the replicas the fleet asks for and has over time.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from typing import Any
 
 from pdfleet import POOLS
-from pdfleet.loadgen.replay import RequestResult, replay
 from pdfleet.localfleet.demo import demo_pdd
 from pdfleet.localfleet.harness import LocalFleet
-from pdfleet.sim.trace import TraceRequest
-from pdfleet.sim.workload import LoadProfile, generate
+from pdfleet.testing.load import BackgroundLoad
 
 
 def e2e_pdd(
@@ -44,68 +39,6 @@ def e2e_pdd(
         pdd["spec"][pool]["replicas"] = replicas
         pdd["spec"][pool]["autoscaling"]["enabled"] = pool in autoscale
     return pdd
-
-
-@dataclass(frozen=True)
-class Phase:
-    """`seconds` of Poisson arrivals at `rps` with log-normal lengths around `prompt` / `output` tokens."""
-
-    seconds: float
-    rps: float
-    prompt: int
-    output: int
-
-
-def phased_trace(phases: Sequence[Phase], seed: int = 0) -> list[TraceRequest]:
-    """The phases one after another as one trace."""
-    trace: list[TraceRequest] = []
-    offset = 0.0
-    for index, phase in enumerate(phases):
-        profile = LoadProfile(
-            kind="steady",
-            duration_s=phase.seconds,
-            base_rps=phase.rps,
-            prompt_median=phase.prompt,
-            prompt_sigma=0.2,
-            output_median=phase.output,
-            output_sigma=0.2,
-        )
-        trace += [replace(r, arrival=r.arrival + offset) for r in generate(profile, seed + index)]
-        offset += phase.seconds
-    return trace
-
-
-class BackgroundLoad:
-    """A replay of `trace` against `url` in its own thread; `wait()` returns the results."""
-
-    def __init__(self, url: str, trace: Sequence[TraceRequest], model: str = "llama-8b") -> None:
-        self.results: list[RequestResult] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(url, list(trace), model), daemon=True, name="load")
-
-    def _run(self, url: str, trace: list[TraceRequest], model: str) -> None:
-        self.results = asyncio.run(replay(url, trace, model=model, request_timeout_s=60.0, stop=self._stop))
-
-    def __enter__(self) -> BackgroundLoad:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def running(self) -> bool:
-        return self._thread.is_alive()
-
-    def wait(self, timeout: float) -> list[RequestResult]:
-        self._thread.join(timeout)
-        assert not self._thread.is_alive(), f"load still running after {timeout} s"
-        return self.results
-
-
-def failures(results: Sequence[RequestResult]) -> list[str]:
-    """The errors of failed requests (empty when every request completed)."""
-    return [f"#{r.index}: {r.error}" for r in results if not r.ok]
 
 
 class ReplicaLog:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from e2e_support import BackgroundLoad, Phase, e2e_pdd, phased_trace
+from e2e_support import e2e_pdd
 from pdfleet.localfleet.harness import LocalFleet
 from pdfleet.render.fleet_view import pod_url
+from pdfleet.testing.load import BackgroundLoad, Phase, phased_trace
 
 dashboards = pytest.importorskip("pdfleet.chart.dashboards")
 

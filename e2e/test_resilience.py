@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from e2e_support import BackgroundLoad, Phase, e2e_pdd, failures, phased_trace
+from e2e_support import e2e_pdd
 from pdfleet.localfleet.harness import LocalFleet
+from pdfleet.testing.load import BackgroundLoad, Phase, failures, phased_trace
 
 
 @pytest.mark.timeout(150)

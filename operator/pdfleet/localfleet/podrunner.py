@@ -336,11 +336,12 @@ class LocalPodRunner:
             return next((p for p in self.pods.values() if (p.namespace, p.name) == (namespace, name)), None)
 
     def kill_pod_process(self, namespace: str, name: str) -> bool:
-        """Crash a pod's process (SIGKILL), as an OOM kill would; the runner restarts it. False if none runs."""
+        """Crash a pod's container (SIGKILL to its whole process group, as the OOM killer takes a container), the
+        runner restarts it. False if none runs."""
         pod = self.find(namespace, name)
         if pod is None or pod.process is None or pod.process.poll() is not None:
             return False
-        pod.process.kill()
+        _signal_group(pod, signal.SIGKILL)
         return True
 
     def pod_log(self, namespace: str, name: str) -> str:
