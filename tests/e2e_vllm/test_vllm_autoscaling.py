@@ -55,7 +55,8 @@ def test_real_vllm_queueing_scales_the_decode_pool_up_and_the_pool_shrinks_when_
     fleet.wait_serving(namespace, NAME, timeout=420)
     # Four requests a second of 128-token answers against a batch of two: the decode's waiting queue grows.
     trace = phased_trace([Phase(240, 4, 64, 128)])
-    with BackgroundLoad(fleet.router_url(namespace, NAME), trace, model=real_vllm.SERVED_MODEL_NAME) as load:
+    router = fleet.router_url(namespace, NAME)
+    with BackgroundLoad(router, trace, real_vllm.SERVED_MODEL_NAME, real_vllm.tiny_model_vocab_size()) as load:
         fleet.wait_for(lambda: decode_replicas(fleet, namespace) == 2, 180, "decode scaled up to 2", interval=1.0)
         # decided on what vLLM reported: the decode's queue or latency past its target
         scaled_up = next(e for e in fleet.events(namespace, NAME) if e["reason"] == "ScaledUp")

@@ -26,6 +26,7 @@ PROMPTS = (
 )
 LONG_PROMPT = " ".join(["the program is free software you can redistribute it and or modify it"] * 40)
 TIMEOUT = httpx.Timeout(60.0, connect=5.0)
+pytestmark = pytest.mark.timeout(600)  # the first test also waits for two real engines to load
 
 
 def pd_pdd(namespace: str, prometheus_url: str) -> dict[str, Any]:

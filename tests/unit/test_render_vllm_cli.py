@@ -11,20 +11,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pdfleet.localfleet import real_vllm
 from pdfleet.render.meta import Owner
 from pdfleet.render.statefulset import render_cell_statefulset
 from pdfleet.testing.builders import minimal_spec
 from pdfleet.testing.prerequisites import missing_prerequisite
 from pdfleet.topology.placement import Cell
 
-VLLM_PYTHON = Path(os.environ.get("PDFLEET_CACHE", Path.home() / ".cache" / "pdfleet")).expanduser() / (
-    "vllm-venv/bin/python"
-)
+VLLM_PYTHON = real_vllm.vllm_venv() / "bin" / "python"
 OWNER = Owner(name="llama", namespace="inference", uid="u")
 POD_IP = "10.1.2.3"  # what the downward API's status.podIP gives the pod
 RESULT_MARK = "PDFLEET-VLLM-PARSE "

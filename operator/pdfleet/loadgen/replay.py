@@ -70,22 +70,25 @@ class RequestResult:
 # --- pure: prompts, bodies, statistics -----------------------------------------------------------------------------
 
 
-def prompt_token_ids(request: TraceRequest, index: int, block_tokens: int) -> list[int]:
-    """Token ids of the request's prompt: its shared prefix blocks first (same block id, same ids), then unique ids."""
+def prompt_token_ids(request: TraceRequest, index: int, block_tokens: int, vocab_size: int = VOCAB_SIZE) -> list[int]:
+    """Token ids of the request's prompt: its shared prefix blocks first (same block id, same ids), then unique ids;
+    every id in [1, vocab_size), since a real engine rejects ids outside its model's vocabulary."""
     ids: list[int] = []
     for block in request.prefix_blocks:
-        ids.extend((block * 7919 + k * 104729) % (VOCAB_SIZE - 1) + 1 for k in range(block_tokens))
+        ids.extend((block * 7919 + k * 104729) % (vocab_size - 1) + 1 for k in range(block_tokens))
     ids = ids[: request.prompt_tokens]
     seed = index * 2654435761
-    ids.extend((seed + k * 40503) % (VOCAB_SIZE - 1) + 1 for k in range(request.prompt_tokens - len(ids)))
+    ids.extend((seed + k * 40503) % (vocab_size - 1) + 1 for k in range(request.prompt_tokens - len(ids)))
     return ids
 
 
-def completion_body(model: str, request: TraceRequest, index: int, block_tokens: int) -> dict[str, Any]:
+def completion_body(
+    model: str, request: TraceRequest, index: int, block_tokens: int, vocab_size: int = VOCAB_SIZE
+) -> dict[str, Any]:
     """The streaming /v1/completions request body for one trace request."""
     return {
         "model": model,
-        "prompt": prompt_token_ids(request, index, block_tokens),
+        "prompt": prompt_token_ids(request, index, block_tokens, vocab_size),
         "max_tokens": request.output_tokens,
         "min_tokens": request.output_tokens,
         "ignore_eos": True,
@@ -271,6 +274,7 @@ async def replay(
     *,
     model: str,
     block_tokens: int = 64,
+    vocab_size: int = VOCAB_SIZE,
     request_timeout_s: float = 120.0,
     max_inflight: int = 512,
     on_result: Callable[[RequestResult], None] | None = None,
@@ -314,7 +318,7 @@ async def replay(
                     )
                 )
                 continue
-            body = completion_body(model, request, index, block_tokens)
+            body = completion_body(model, request, index, block_tokens, vocab_size)
             task = asyncio.create_task(_send(session, endpoint, body, index, request, start))
             tasks[index] = task
             task.add_done_callback(lambda t, i=index: (tasks.pop(i, None), t.cancelled() or record(t.result())))
@@ -366,6 +370,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix-tokens", type=int, default=512)
     p.add_argument("--prefix-share", type=float, default=0.5)
     p.add_argument("--block-tokens", type=int, default=64, help="router prefixBlockTokens")
+    p.add_argument(
+        "--vocab-size", type=int, default=VOCAB_SIZE, help="prompt token ids stay below this (the model's vocabulary)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", help="model name to send (default: the router's first /v1/models entry)")
     p.add_argument("--sla-ttft-ms", type=float, default=500.0)
@@ -422,6 +429,7 @@ def main(argv: list[str]) -> int:
             requests,
             model=model,
             block_tokens=args.block_tokens,
+            vocab_size=args.vocab_size,
             request_timeout_s=args.timeout,
             max_inflight=args.max_inflight,
         )

@@ -1,7 +1,8 @@
 """`pdfleet demo`: the whole loop on this machine, with autoscaling you can watch.
 
 Starts a `LocalFleet` (control plane, 2 racks of emulated L4 GPU nodes, operator, Prometheus, pod runner), applies the
-embedded PDDeployment below with autoscaling on for both pools, replays a load that rises and falls, and shows a live
+embedded PDDeployment below with autoscaling on for both pools (with `--engine vllm`: one rack, real vLLM engines
+running a tiny Llama on the CPU, one prefill and one decode), replays a load that rises and falls, and shows a live
 terminal view every second: pools, ready replicas per rack, TTFT and TPOT p90 (client side, last 15 s) against the SLA,
 the latest scaling events. At the end it writes `demo.png` (load, replicas per pool, latency over time), `summary.txt`
 and `timeline.json` into the output folder (default ./demo-out). Ctrl-C stops it cleanly at any point.
@@ -24,6 +25,7 @@ from types import FrameType
 from typing import Any
 
 from pdfleet.loadgen.replay import (
+    VOCAB_SIZE,
     RequestResult,
     Sla,
     arrivals_per_second,
@@ -33,8 +35,10 @@ from pdfleet.loadgen.replay import (
     summarize,
     synthetic_trace,
 )
+from pdfleet.localfleet import real_vllm
 from pdfleet.localfleet.controlplane import MissingBinariesError
 from pdfleet.localfleet.harness import LocalFleet
+from pdfleet.localfleet.podrunner import ENGINES
 from pdfleet.sim.trace import TraceRequest
 from pdfleet.sim.workload import LoadProfile
 
@@ -89,7 +93,26 @@ def demo_pdd(
     }
 
 
-def demo_trace(duration_s: float, base_rps: float, peak_rps: float, seed: int = 0) -> list[TraceRequest]:
+def real_vllm_pdd(prometheus_url: str, *, name: str = NAME, namespace: str = NAMESPACE) -> dict[str, Any]:
+    """The demo fleet on real vLLM: the tiny Llama, one prefill and one decode (two engines are what this machine
+    runs), every prompt disaggregated so each request moves its KV cache over NIXL."""
+    pool = {"replicas": 1, "gpusPerReplica": 1, "gpuProduct": "NVIDIA-L4"}
+    return {
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            **real_vllm.pdd_spec_fields(),
+            "prefill": dict(pool),
+            "decode": dict(pool),
+            "router": {"policy": {"disaggregateMinPromptTokens": 0}},
+            "sla": {"ttftMs": int(SLA.ttft_ms), "tpotMs": int(SLA.tpot_ms), "percentile": 90},
+            "prometheus": {"url": prometheus_url},
+        },
+    }
+
+
+def demo_trace(
+    duration_s: float, base_rps: float, peak_rps: float, seed: int = 0, prompt_median: int = 600
+) -> list[TraceRequest]:
     """Load that rises from `base_rps` to `peak_rps` at half time and falls back (a diurnal cycle, compressed)."""
     profile = LoadProfile(
         kind="diurnal",
@@ -97,9 +120,9 @@ def demo_trace(duration_s: float, base_rps: float, peak_rps: float, seed: int = 
         base_rps=base_rps,
         peak_rps=peak_rps,
         period_s=duration_s,
-        prompt_median=600,
+        prompt_median=prompt_median,
         prompt_sigma=0.4,
-        prompt_max=4096,
+        prompt_max=4 * prompt_median,
         output_median=32,
         output_sigma=0.4,
         output_max=256,
@@ -285,8 +308,15 @@ def _parser() -> argparse.ArgumentParser:
         prog="pdfleet demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--duration", type=float, default=240.0, help="seconds of load (default 240)")
-    p.add_argument("--base-rate", type=float, default=1.0, help="load at start and end, req/s")
-    p.add_argument("--peak-rate", type=float, default=8.0, help="load at half time, req/s")
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="emulator",
+        help="engine pods: the emulator (L4 timing, autoscaled pools) or real vLLM on the CPU (the tiny Llama, one "
+        "prefill and one decode, installed by ./dev setup)",
+    )
+    p.add_argument("--base-rate", type=float, default=None, help="load at start and end, req/s (1; vllm: 0.5)")
+    p.add_argument("--peak-rate", type=float, default=None, help="load at half time, req/s (8; vllm: 2)")
     p.add_argument("--racks", type=int, default=2)
     p.add_argument("--max-replicas", type=int, default=4, help="per pool")
     p.add_argument("--out", type=Path, default=Path("demo-out"), help="output folder (default ./demo-out)")
@@ -314,7 +344,10 @@ def _sample(fleet: LocalFleet, t: float, sent: int, log: ResultLog) -> Sample:
 
 def run_demo(args: argparse.Namespace) -> int:
     """Start the fleet, run the load with the live view, write the outputs; everything stops on the way out."""
-    racks = [f"rack-{chr(ord('a') + i)}" for i in range(args.racks)]
+    real = args.engine == "vllm"
+    racks = [f"rack-{chr(ord('a') + i)}" for i in range(1 if real else args.racks)]
+    base_rate = args.base_rate if args.base_rate is not None else (0.5 if real else 1.0)
+    peak_rate = args.peak_rate if args.peak_rate is not None else (2.0 if real else 8.0)
     live = sys.stdout.isatty() and not args.plain
     samples: list[Sample] = []
     events: list[str] = []
@@ -324,22 +357,36 @@ def run_demo(args: argparse.Namespace) -> int:
     print(
         f"starting the local fleet ({len(racks)} racks: control plane, operator, Prometheus, pod runner)...", flush=True
     )
-    with LocalFleet(racks=racks) as fleet:
+    with LocalFleet(racks=racks, engine=args.engine) as fleet:
         startup_s = time.monotonic() - began
         assert fleet.prometheus is not None
-        fleet.apply(demo_pdd(fleet.prometheus.url, max_replicas=args.max_replicas))
+        if real:
+            pdd = real_vllm_pdd(fleet.prometheus.url)
+        else:
+            pdd = demo_pdd(fleet.prometheus.url, max_replicas=args.max_replicas)
+        fleet.apply(pdd)
+        model = pdd["spec"]["model"]["servedModelName"]
+        vocab_size = real_vllm.tiny_model_vocab_size() if real else VOCAB_SIZE
         print(
             f"fleet up in {startup_s:.0f} s; PDDeployment {NAMESPACE}/{NAME} applied, waiting for it to serve...",
             flush=True,
         )
-        fleet.wait_serving(NAMESPACE, NAME, timeout=180)
+        fleet.wait_serving(NAMESPACE, NAME, timeout=420 if real else 180)  # real vLLM loads in a minute or two
         url = fleet.router_url(NAMESPACE, NAME)
-        trace = demo_trace(args.duration, args.base_rate, args.peak_rate, args.seed)
+        trace = demo_trace(args.duration, base_rate, peak_rate, args.seed, prompt_median=200 if real else 600)
         sent_per_second = arrivals_per_second(trace, int(args.duration) + 1)
         print(f"serving at {url}; replaying {len(trace)} requests over {args.duration:.0f} s", flush=True)
         worker = threading.Thread(
             target=lambda: asyncio.run(
-                replay(url, trace, model="llama-8b", request_timeout_s=60.0, on_result=log.add, stop=stop)
+                replay(
+                    url,
+                    trace,
+                    model=model,
+                    vocab_size=vocab_size,
+                    request_timeout_s=60.0,
+                    on_result=log.add,
+                    stop=stop,
+                )
             ),
             name="replay",
             daemon=True,
@@ -400,7 +447,7 @@ def main(argv: list[str]) -> int:
     try:
         with _sigterm_as_interrupt():
             return run_demo(args)
-    except (MissingBinariesError, FileNotFoundError) as error:
+    except (MissingBinariesError, FileNotFoundError, RuntimeError) as error:
         print(f"pdfleet demo: {error}\n(`./dev setup` installs everything the demo needs)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -8,6 +8,7 @@ through the PDDeployment's own `engine.args`, `engine.env` and `kvTransfer`, nev
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from pdfleet.localfleet.controlplane import cache_dir
@@ -64,6 +65,11 @@ def pdd_spec_fields() -> dict[str, object]:
         },
         "kvTransfer": dict(CPU_KV_TRANSFER),
     }
+
+
+def tiny_model_vocab_size() -> int:
+    """Token ids the tiny model accepts are below this (its config's vocab_size)."""
+    return int(json.loads((tiny_model_dir() / "config.json").read_text())["vocab_size"])
 
 
 def missing() -> str | None:

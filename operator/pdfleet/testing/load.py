@@ -8,7 +8,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from pdfleet.loadgen.replay import RequestResult, replay
+from pdfleet.loadgen.replay import VOCAB_SIZE, RequestResult, replay
 from pdfleet.sim.trace import TraceRequest
 from pdfleet.sim.workload import LoadProfile, generate
 
@@ -45,13 +45,19 @@ def phased_trace(phases: Sequence[Phase], seed: int = 0) -> list[TraceRequest]:
 class BackgroundLoad:
     """A replay of `trace` against `url` in its own thread; `wait()` returns the results."""
 
-    def __init__(self, url: str, trace: Sequence[TraceRequest], model: str = "llama-8b") -> None:
+    def __init__(
+        self, url: str, trace: Sequence[TraceRequest], model: str = "llama-8b", vocab_size: int = VOCAB_SIZE
+    ) -> None:
         self.results: list[RequestResult] = []
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(url, list(trace), model), daemon=True, name="load")
+        self._thread = threading.Thread(
+            target=self._run, args=(url, list(trace), model, vocab_size), daemon=True, name="load"
+        )
 
-    def _run(self, url: str, trace: list[TraceRequest], model: str) -> None:
-        self.results = asyncio.run(replay(url, trace, model=model, request_timeout_s=60.0, stop=self._stop))
+    def _run(self, url: str, trace: list[TraceRequest], model: str, vocab_size: int) -> None:
+        self.results = asyncio.run(
+            replay(url, trace, model=model, vocab_size=vocab_size, request_timeout_s=60.0, stop=self._stop)
+        )
 
     def __enter__(self) -> BackgroundLoad:
         self._thread.start()
