@@ -53,8 +53,9 @@ def test_real_vllm_queueing_scales_the_decode_pool_up_and_the_pool_shrinks_when_
     assert fleet.prometheus is not None
     fleet.apply(autoscaled_pdd(namespace, fleet.prometheus.url))
     fleet.wait_serving(namespace, NAME, timeout=420)
-    # Four requests a second of 128-token answers against a batch of two: the decode's waiting queue grows.
-    trace = phased_trace([Phase(240, 4, 64, 128)])
+    # A request a second of 32-token answers is more than a batch of two streams on a shared CPU core: the decode's
+    # waiting queue grows.
+    trace = phased_trace([Phase(120, 1, 32, 32)])
     router = fleet.router_url(namespace, NAME)
     with BackgroundLoad(router, trace, real_vllm.SERVED_MODEL_NAME, real_vllm.tiny_model_vocab_size()) as load:
         fleet.wait_for(lambda: decode_replicas(fleet, namespace) == 2, 180, "decode scaled up to 2", interval=1.0)
