@@ -7,26 +7,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from pdfleet.localfleet.controlplane import MissingBinariesError, namespace_name_for
+from pdfleet.localfleet.controlplane import namespace_name_for
 from pdfleet.localfleet.harness import LocalFleet
-from pdfleet.localfleet.prometheus import prometheus_binary
-from pdfleet.testing.prerequisites import missing_prerequisite
+from pdfleet.testing.prerequisites import running_local_fleet
 
 
 @pytest.fixture(scope="session")
 def fleet() -> Iterator[LocalFleet]:
     """The local fleet; skipped without control-plane binaries or Prometheus, except in CI (env CI) where it fails."""
-    if prometheus_binary() is None:
-        missing_prerequisite("prometheus binary not found (apt-get install prometheus, or ./dev setup)")
-    local = LocalFleet(racks=("rack-a", "rack-b"), nodes_per_rack=2, gpus_per_node=4)
-    try:
-        local.start()
-    except MissingBinariesError as error:
-        missing_prerequisite(str(error))
-    try:
+    with running_local_fleet(racks=("rack-a", "rack-b"), nodes_per_rack=2, gpus_per_node=4) as local:
         yield local
-    finally:
-        local.stop()
 
 
 @pytest.fixture

@@ -12,10 +12,9 @@ from collections.abc import Iterator
 import pytest
 
 from pdfleet.localfleet import real_vllm
-from pdfleet.localfleet.controlplane import MissingBinariesError, namespace_name_for
+from pdfleet.localfleet.controlplane import namespace_name_for
 from pdfleet.localfleet.harness import LocalFleet
-from pdfleet.localfleet.prometheus import prometheus_binary
-from pdfleet.testing.prerequisites import missing_prerequisite
+from pdfleet.testing.prerequisites import missing_prerequisite, running_local_fleet
 
 
 @pytest.fixture(scope="session")
@@ -23,17 +22,8 @@ def vllm_fleet() -> Iterator[LocalFleet]:
     """A one-rack local fleet whose engine pods are real vLLM processes."""
     if why := real_vllm.missing():
         missing_prerequisite(why)
-    if prometheus_binary() is None:
-        missing_prerequisite("prometheus binary not found (apt-get install prometheus, or ./dev setup)")
-    local = LocalFleet(racks=("rack-a",), nodes_per_rack=1, gpus_per_node=4, engine="vllm")
-    try:
-        local.start()
-    except MissingBinariesError as error:
-        missing_prerequisite(str(error))
-    try:
+    with running_local_fleet(racks=("rack-a",), nodes_per_rack=1, gpus_per_node=4, engine="vllm") as local:
         yield local
-    finally:
-        local.stop()
 
 
 @pytest.fixture(scope="module")
