@@ -230,3 +230,93 @@ def test_operator_reconciles_with_only_the_chart_rbac(
         log = operator.log_path.read_text(errors="replace")
     denied = [line for line in log.splitlines() if any(word in line for word in DENIED)]
     assert not denied, "\n".join(denied)
+
+
+def allowed(kube: Any, account: str, namespace: str | None, verb: str, group: str, resource: str) -> bool:
+    """Whether ServiceAccount `account` ("<ns>:<name>") may `verb` the resource in `namespace` (None: cluster-wide)."""
+    account_ns = account.split(":")[0]
+    review = client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(
+            user=f"system:serviceaccount:{account}",
+            groups=["system:serviceaccounts", f"system:serviceaccounts:{account_ns}", "system:authenticated"],
+            resource_attributes=client.V1ResourceAttributes(
+                namespace=namespace, verb=verb, group=group, resource=resource
+            ),
+        )
+    )
+    return client.AuthorizationV1Api(kube).create_subject_access_review(review).status.allowed
+
+
+def test_namespaced_install_grants_writes_per_watched_namespace_and_the_operator_reconciles_there(
+    control_plane: LocalControlPlane, kube: Any, gpu_racks: list[str], tmp_path: Path
+) -> None:
+    install_crd(kube)
+    suffix = uuid.uuid4().hex[:6]
+    name, home, watched, other = f"pdn-{suffix}", f"chart-ns-{suffix}", f"watched-{suffix}", f"other-{suffix}"
+    for namespace in (home, watched, other):
+        control_plane.create_namespace(namespace)
+    kubeconfig_flag = ("--kubeconfig", str(control_plane.kubeconfig))
+    values = ("--set", f"operator.watchNamespaces={{{watched}}}", "--set", "dashboards.enabled=false")
+    render.run_helm(HELM, "install", name, CHART, "--namespace", home, *kubeconfig_flag, *values)
+    try:
+        full = f"{name}-pdfleet"
+        account = f"{home}:{full}"
+        rbac_api = client.RbacAuthorizationV1Api(kube)
+        assert rbac_api.read_namespaced_role(full, watched).rules
+        assert rbac_api.read_namespaced_role_binding(full, watched).subjects[0].namespace == home
+        cluster_verbs = {verb for rule in rbac_api.read_cluster_role(full).rules for verb in rule.verbs}
+        assert cluster_verbs <= {"get", "list", "watch"}, cluster_verbs
+        # what the apiserver's authorizer concludes from the installed objects
+        assert allowed(kube, account, watched, "create", "apps", "statefulsets")
+        assert allowed(kube, account, watched, "patch", API_GROUP, f"{PLURAL}/status")
+        assert allowed(kube, account, None, "list", "", "nodes")
+        for namespace in (other, home, None):
+            assert not allowed(kube, account, namespace, "create", "apps", "statefulsets"), namespace
+            assert not allowed(kube, account, namespace, "patch", API_GROUP, PLURAL), namespace
+        assert not allowed(kube, account, None, "list", API_GROUP, PLURAL)  # no cluster-wide list of fleets
+
+        kubeconfig = service_account_kubeconfig(control_plane, kube, home, full, tmp_path / "sa.kubeconfig")
+        custom, apps = client.CustomObjectsApi(kube), client.AppsV1Api(kube)
+        body = pdd_body("rbac-ns", pdd_spec(prefill={"replicas": 1}, decode={"replicas": 1}))
+        operator = OperatorProcess(kubeconfig, {"PDFLEET_RESYNC_SECONDS": "2"}, args=[f"--namespace={watched}"])
+        with operator:
+            custom.create_namespaced_custom_object(API_GROUP, API_VERSION, watched, PLURAL, body)
+            selector = "app.kubernetes.io/instance=rbac-ns"
+            wait_until(
+                lambda: len(apps.list_namespaced_stateful_set(watched, label_selector=selector).items) >= 2,
+                30,
+                f"cell StatefulSets (log: {operator.log_path})",
+            )
+            wait_until(
+                lambda: (
+                    custom.get_namespaced_custom_object(API_GROUP, API_VERSION, watched, PLURAL, "rbac-ns").get(
+                        "status"
+                    )
+                    or {}
+                ).get("observedGeneration"),
+                30,
+                "status written",
+            )
+            wait_until(
+                lambda: operator.metric_sum('pdfleet_operator_reconciles_total{result="ok"}') >= 2,
+                30,
+                "a second reconcile",
+            )
+            custom.delete_namespaced_custom_object(API_GROUP, API_VERSION, watched, PLURAL, "rbac-ns")
+            wait_until(
+                lambda: (
+                    not custom.list_namespaced_custom_object(
+                        API_GROUP, API_VERSION, watched, PLURAL, field_selector="metadata.name=rbac-ns"
+                    )["items"]
+                ),
+                30,
+                "finalizer removed by the operator",
+            )
+            assert operator.metric_sum('pdfleet_operator_reconciles_total{result="error"}') == 0, operator.log_tail()
+            log = operator.log_path.read_text(errors="replace")
+        denied = [line for line in log.splitlines() if any(word in line for word in DENIED)]
+        assert not denied, "\n".join(denied)
+    finally:
+        render.run_helm(HELM, "uninstall", name, "--namespace", home, *kubeconfig_flag)
+        for namespace in (home, watched, other):
+            control_plane.delete_namespace(namespace)

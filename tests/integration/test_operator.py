@@ -123,10 +123,15 @@ def test_apply_renders_rack_cells_that_the_scheduler_places_on_their_racks(
         ("decode", "rack-a"): 1,
         ("decode", "rack-b"): 1,
     }
-    pdbs = eventually(
-        lambda: fleet.generic.list("PodDisruptionBudget", fleet.namespace, fleet.selector()), "PodDisruptionBudgets"
+
+    def pdb_components() -> list[str]:
+        pdbs = fleet.generic.list("PodDisruptionBudget", fleet.namespace, fleet.selector())
+        return sorted(p["metadata"]["labels"]["app.kubernetes.io/component"] for p in pdbs)
+
+    # the router's PDB is applied last in a reconcile, after the cells
+    eventually(
+        lambda: pdb_components() == ["decode", "prefill", "router"], "PodDisruptionBudgets of both pools and the router"
     )
-    assert sorted(p["metadata"]["labels"]["pdfleet.dev/pool"] for p in pdbs) == ["decode", "prefill"]
     eventually(
         lambda: fleet.apps.list_namespaced_deployment(fleet.namespace, label_selector=fleet.selector()).items,
         "the router Deployment",

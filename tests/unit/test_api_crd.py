@@ -76,6 +76,7 @@ def test_schema_level_validations() -> None:
         "type": "integer",
         "default": 1,
         "minimum": 0,
+        "maximum": 1000,
     }
     percentile = spec["sla"]["properties"]["percentile"]
     assert (percentile["maximum"], percentile["exclusiveMaximum"]) == (100, True)

@@ -50,7 +50,14 @@ def test_operator_deployment_runs_the_operator_cli_with_probe_and_ports() -> Non
     (deployment,) = by_kind(template(), "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["command"] == ["pdfleet", "operator", "--metrics-port=9090", "--health-address=0.0.0.0:8080"]
+    # both listen on the pod IP: Prometheus scrapes metrics there and the kubelet probes health (docs/security.md)
+    assert container["command"] == [
+        "pdfleet",
+        "operator",
+        "--metrics-address=0.0.0.0",
+        "--metrics-port=9090",
+        "--health-address=0.0.0.0:8080",
+    ]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"metrics": 9090, "health": 8080}
     assert pod["serviceAccountName"] == "rel-pdfleet"
@@ -68,7 +75,11 @@ def test_two_replicas_turn_on_kopf_peering_with_its_crds_and_peering_object() ->
     assert peering["metadata"]["name"] == "pdfleet"
     assert "post-install" in peering["metadata"]["annotations"]["helm.sh/hook"]  # after its CRD exists
     (role,) = by_kind(objects, "ClusterRole")
-    assert role["rules"] == rbac.operator_rules() + rbac.peering_rules()
+    assert role["rules"] == rbac.cluster_role_rules(namespaced=False, peering=True)
+    assert {"kopf.dev"} == {
+        g for r in role["rules"] for g in r["apiGroups"] if r["resources"] == ["clusterkopfpeerings"]
+    }
+    assert not [r for r in role["rules"] if r["resources"] == ["kopfpeerings"]]  # cluster-wide Kopf never uses them
 
 
 def test_watched_namespaces_get_namespaced_peering_objects() -> None:
@@ -80,7 +91,9 @@ def test_watched_namespaces_get_namespaced_peering_objects() -> None:
 
 def test_cluster_role_is_exactly_the_rules_derived_from_the_code() -> None:
     (role,) = by_kind(template(), "ClusterRole")
+    assert role["rules"] == rbac.cluster_role_rules(namespaced=False, peering=False)
     assert role["rules"] == rbac.operator_rules()
+    assert not by_kind(template(), "Role") and not by_kind(template(), "RoleBinding")
     (binding,) = by_kind(template(), "ClusterRoleBinding")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "rel-pdfleet", "namespace": "ops"}]
 
@@ -165,3 +178,64 @@ def test_pod_monitors_select_the_pods_the_operator_renders_on_their_named_ports(
     assert not _selects(engines["selector"], component_labels("fleet", ROUTER_COMPONENT))
     assert engines["podMetricsEndpoints"][0]["port"] == ENGINE_PORT_NAME
     assert routers["podMetricsEndpoints"][0]["port"] == ROUTER_ADMIN_PORT_NAME
+
+
+READ_VERBS = {"get", "list", "watch"}
+
+
+@pytest.mark.parametrize("peering", [False, True], ids=["standalone", "peering"])
+def test_watched_namespaces_get_roles_and_the_cluster_role_only_reads(peering: bool) -> None:
+    values = ["--set", "operator.watchNamespaces={a,b}"] + (["--set", "operator.replicas=2"] if peering else [])
+    objects = template(*values)
+    (cluster_role,) = by_kind(objects, "ClusterRole")
+    assert cluster_role["rules"] == rbac.cluster_role_rules(namespaced=True, peering=peering)
+    cluster_wide = {
+        (g, r): set(rule["verbs"])
+        for rule in cluster_role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
+    assert all(verbs <= READ_VERBS for verbs in cluster_wide.values()), "no cluster-wide write verbs"
+    assert set(cluster_wide) == {
+        ("", "nodes"),  # placement reads Nodes
+        ("", "namespaces"),  # Kopf follows the watched namespaces
+        ("apiextensions.k8s.io", "customresourcedefinitions"),  # Kopf's resource observation
+    }
+    roles = {r["metadata"]["namespace"]: r for r in by_kind(objects, "Role")}
+    bindings = {b["metadata"]["namespace"]: b for b in by_kind(objects, "RoleBinding")}
+    assert sorted(roles) == sorted(bindings) == ["a", "b"]
+    for namespace in ("a", "b"):
+        role, binding = roles[namespace], bindings[namespace]
+        assert role["rules"] == rbac.role_rules(peering=peering)
+        granted = {
+            (g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+        }
+        assert granted[("apps", "statefulsets")] == {"create", "delete", "list", "patch", "watch"}
+        assert granted[("pdfleet.dev", "pddeployments")] == {"list", "patch", "watch"}
+        assert (("kopf.dev", "kopfpeerings") in granted) == peering
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": role["metadata"]["name"],
+        }
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "rel-pdfleet", "namespace": "ops"}]
+    # every rule of the cluster-wide mode is granted, each at its scope
+    namespaced_mode = {(g, r) for g, r in cluster_wide} | {
+        (g, r) for rule in roles["a"]["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+    }
+    assert {(r["apiGroups"][0], r["resources"][0]) for r in rbac.operator_rules()} <= namespaced_mode
+
+
+def test_rbac_rules_split_by_scope() -> None:
+    cluster = {(r["apiGroups"][0], r["resources"][0]) for r in rbac.cluster_scoped_rules()}
+    namespaced = {(r["apiGroups"][0], r["resources"][0]) for r in rbac.namespaced_rules()}
+    assert cluster == {("", "nodes"), ("apiextensions.k8s.io", "customresourcedefinitions")}
+    assert ("", "nodes") not in namespaced and ("pdfleet.dev", "pddeployments/status") in namespaced
+    everything = {(r["apiGroups"][0], r["resources"][0]) for r in rbac.operator_rules()}
+    assert everything == cluster | namespaced
+
+
+def test_operator_listen_addresses_are_values() -> None:
+    objects = template("--set", "operator.metricsAddress=127.0.0.1", "--set", "operator.healthAddress=10.0.0.1")
+    command = by_kind(objects, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--metrics-address=127.0.0.1" in command and "--health-address=10.0.0.1:8080" in command

@@ -184,3 +184,37 @@ def test_the_plan_writes_and_pushes_the_same_view() -> None:
         ("http://[fd00::1]:8000", False),
         ("http://10.1.2.5:8000", True),
     ]
+
+
+def test_leg_timeouts_follow_the_sla_unless_overridden() -> None:
+    from pdfleet.render.fleet_view import leg_timeouts
+
+    base = {"model": {"name": "m", "servedModelName": "llama-70b"}}
+    # the default SLA's values are the router's defaults: the view leaves them out (the router assumes them)
+    default = parse_spec(base)
+    assert leg_timeouts(default) == (12.0, 5.0)
+    assert (RoutingPolicy().first_byte_timeout_seconds, RoutingPolicy().inter_chunk_timeout_seconds) == (12.0, 5.0)
+    policy = build_fleet_view(default, 1, PODS).view["policy"]
+    assert "firstByteTimeoutSeconds" not in policy and "interChunkTimeoutSeconds" not in policy
+    # a slower SLA: first byte 4 x ttft + 10 s, inter-chunk 20 x tpot (at least 5 s)
+    slow = parse_spec({**base, "sla": {"ttftMs": 2000, "tpotMs": 400}})
+    assert leg_timeouts(slow) == (18.0, 8.0)
+    built = build_fleet_view(slow, 1, PODS)
+    assert (built.view["policy"]["firstByteTimeoutSeconds"], built.view["policy"]["interChunkTimeoutSeconds"]) == (
+        18.0,
+        8.0,
+    )
+    parsed = load_fleet_view(built.json).policy
+    assert (parsed.first_byte_timeout_seconds, parsed.inter_chunk_timeout_seconds) == (18.0, 8.0)
+    assert fleet_view_to_dict(load_fleet_view(built.json)) == built.view
+    # spec.router.policy overrides win
+    pinned = parse_spec(
+        {
+            **base,
+            "sla": {"ttftMs": 2000},
+            "router": {"policy": {"firstByteTimeoutSeconds": 3, "interChunkTimeoutSeconds": 1.5}},
+        }
+    )
+    assert leg_timeouts(pinned) == (3.0, 1.5)
+    parsed = load_fleet_view(build_fleet_view(pinned, 1, PODS).json).policy
+    assert (parsed.first_byte_timeout_seconds, parsed.inter_chunk_timeout_seconds) == (3.0, 1.5)

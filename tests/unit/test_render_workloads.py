@@ -230,6 +230,7 @@ def test_fleet_has_every_child_once_with_owner_refs() -> None:
             ],
             ("Service", "llama-router"),
             ("Deployment", "llama-router"),
+            ("PodDisruptionBudget", "llama-router"),
         ]
     )
     for obj in objects:
@@ -275,3 +276,87 @@ def test_basic_sample_renders_a_rack_paired_two_by_two_fleet() -> None:
         "llama-8b-prefill-rack-a",
         "llama-8b-prefill-rack-b",
     ]
+
+
+# --- pod security (docs/security.md) ------------------------------------------------------------------------------
+
+ENGINE_CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def test_engine_pods_drop_privileges_but_keep_the_images_user_by_default() -> None:
+    pod = pod_of(render_cell_statefulset(OWNER, spec_of(), CELL))
+    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    (container,) = pod["containers"]
+    # vLLM's image runs as root and writes its caches under $HOME and /tmp: no runAsNonRoot, no read-only root
+    assert container["securityContext"] == ENGINE_CONTAINER_SECURITY
+    assert pod["automountServiceAccountToken"] is False
+
+
+def test_engine_security_context_from_the_spec_is_merged_over_the_defaults() -> None:
+    spec = spec_of(
+        engine={
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 1000,
+                "runAsGroup": 1000,
+                "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]},  # RDMA memory registration
+            }
+        }
+    )
+    (container,) = pod_of(render_cell_statefulset(OWNER, spec, CELL))["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]},
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "runAsGroup": 1000,
+    }
+
+
+def test_router_pod_runs_non_root_read_only_without_capabilities_and_with_limits() -> None:
+    (deployment,) = [o for o in render_all() if o["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    (container,) = pod["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert container["resources"]["requests"] == {"cpu": "250m", "memory": "256Mi"}
+    assert set(container["resources"]["limits"]) == {"cpu", "memory"}
+    assert pod["automountServiceAccountToken"] is False
+
+
+@pytest.mark.parametrize("api_version", ["policy/v1", "policy/v1beta1"])
+def test_router_pdb_keeps_all_but_one_router_through_voluntary_disruptions(api_version: str) -> None:
+    from pdfleet.render.pdb import render_router_pdb
+
+    pdb = render_router_pdb(OWNER, api_version)
+    assert (pdb["apiVersion"], pdb["kind"], pdb["metadata"]["name"]) == (
+        api_version,
+        "PodDisruptionBudget",
+        "llama-router",
+    )
+    assert pdb["metadata"]["labels"]["app.kubernetes.io/component"] == "router"
+    assert pdb["spec"] == {
+        "maxUnavailable": 1,
+        "selector": {
+            "matchLabels": {
+                "app.kubernetes.io/name": "pdfleet",
+                "app.kubernetes.io/instance": "llama",
+                "app.kubernetes.io/component": "router",
+            }
+        },
+    }
+    (deployment,) = [o for o in render_all() if o["kind"] == "Deployment"]
+    assert pdb["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    (in_fleet,) = [
+        o for o in render_all() if o["kind"] == "PodDisruptionBudget" and o["metadata"]["name"] == "llama-router"
+    ]
+    assert in_fleet["apiVersion"] == "policy/v1beta1"  # the fleet's discovered PDB version

@@ -6,7 +6,10 @@ they are written for users. Defaults and semantics follow docs/architecture.md.
 
 from __future__ import annotations
 
+import functools
+import json
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -43,6 +46,8 @@ DEFAULT_NIXL_SIDE_CHANNEL_PORT = 5600
 DEFAULT_MOONCAKE_BOOTSTRAP_PORT = 8998
 # Object names must be DNS-1035 labels (Service names) with room for "-prefill" and the cell suffix.
 MAX_NAME_LENGTH = 44
+# Most replicas one pool may ask for (spec and autoscaling bounds): keeps StatefulSets, placement and drains bounded.
+MAX_REPLICAS = 1000
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
 
@@ -132,6 +137,14 @@ class EngineSpec(ApiModel):
     port: Port = Field(default=8000, description="HTTP port the engine serves the OpenAI API and /metrics on.")
     args: list[str] = Field(default_factory=list, description="Extra engine arguments, appended after pdfleet's.")
     env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables for the engine.")
+    security_context: FreeFormObject | None = Field(
+        default=None,
+        description=(
+            "Kubernetes SecurityContext of the engine container, merged key by key over pdfleet's (no privilege"
+            " escalation, all capabilities dropped). vLLM's image runs as root; to run it non-root set runAsNonRoot"
+            " with a runAsUser (and env HOME=/tmp so its caches are writable). See docs/security.md."
+        ),
+    )
 
     @model_validator(mode="after")
     def _unique_env(self) -> EngineSpec:
@@ -249,8 +262,10 @@ class AutoscalingSpec(ApiModel):
     """SLA-driven autoscaling of one pool (TTFT for prefill, TPOT for decode)."""
 
     enabled: bool = Field(default=False, description="Let the autoscaler own this pool's replica count.")
-    min_replicas: int = Field(default=1, ge=0, description="Lower bound of the replica count.")
-    max_replicas: int = Field(default=8, ge=1, description="Upper bound of the replica count.")
+    min_replicas: int = Field(default=1, ge=0, le=MAX_REPLICAS, description="Lower bound of the replica count.")
+    max_replicas: int = Field(
+        default=8, ge=1, le=MAX_REPLICAS, description=f"Upper bound of the replica count (at most {MAX_REPLICAS})."
+    )
     target_latency_ms: float | None = Field(
         default=None,
         gt=0,
@@ -293,7 +308,12 @@ class PoolSpec(ApiModel):
     """One engine pool (prefill or decode): size, GPUs, scheduling and autoscaling."""
 
     replicas: int = Field(
-        default=1, ge=0, description="Replica count; the autoscaler's decision replaces it when autoscaling is on."
+        default=1,
+        ge=0,
+        le=MAX_REPLICAS,
+        description=(
+            f"Replica count (at most {MAX_REPLICAS}); the autoscaler's decision replaces it when autoscaling is on."
+        ),
     )
     gpus_per_replica: int = Field(default=1, ge=0, description="nvidia.com/gpu limit per pod (tensor parallel size).")
     gpu_product: str | None = Field(
@@ -349,6 +369,19 @@ class RouterPolicy(ApiModel):
     max_decode_retries: int = Field(default=2, ge=0, description="Retries on another decode instance.")
     prefill_timeout_seconds: int = Field(default=60, ge=1, description="Timeout of the prefill stage.")
     decode_timeout_seconds: int = Field(default=600, ge=1, description="Timeout of the decode stage.")
+    first_byte_timeout_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="Longest wait for the first body byte of a prefill, decode or direct reply (a non-streamed reply "
+        "also gets interChunkTimeoutSeconds/20 per requested token); the endpoint counts as failing. "
+        "Default: 4 x sla.ttftMs + 10 s.",
+    )
+    inter_chunk_timeout_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="Longest silence of a decode or direct reply once it started; the endpoint counts as failing. "
+        "Default: 20 x sla.tpotMs, at least 5 s.",
+    )
 
 
 class RouterSpec(ApiModel):
@@ -560,6 +593,10 @@ class MetricsStatus(StatusModel):
     available: bool = Field(default=False, description="Signals were read on the last evaluation.")
     reason: str = Field(default="", description="CamelCase machine reason.")
     message: str = Field(default="", description="Human-readable detail.")
+    missing: dict[str, list[str]] | None = Field(
+        default=None,
+        description="Per autoscaled pool, the signals whose query returned nothing for it (the autoscaler holds).",
+    )
 
 
 class AutoscalerStatus(StatusModel):
@@ -654,3 +691,100 @@ def validate_name(name: str) -> None:
             f"metadata.name: {name!r} must be at most {MAX_NAME_LENGTH} characters of lowercase letters, digits and "
             "'-', start with a letter and end with a letter or digit (it prefixes Service and StatefulSet names)"
         )
+
+
+# --- unknown fields ----------------------------------------------------------------------------------------------
+
+LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+@functools.cache
+def _spec_schema() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The spec's JSON schema (what the CRD is generated from) and its definitions; read-only."""
+    schema = PDDeploymentSpec.model_json_schema(by_alias=True)
+    return schema, schema.get("$defs", {})
+
+
+def _object_schema(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """The schema node itself with `$ref` / single `allOf` inlined and an optional (`anyOf [X, null]`) unwrapped."""
+    while True:
+        if "$ref" in node:
+            node = {**defs[node["$ref"].rsplit("/", 1)[-1]], **{k: v for k, v in node.items() if k != "$ref"}}
+        elif len(node.get("allOf", ())) == 1:
+            node = {**node["allOf"][0], **{k: v for k, v in node.items() if k != "allOf"}}
+        elif "anyOf" in node:
+            members = [m for m in node["anyOf"] if m != {"type": "null"}]
+            node = {**(members[0] if len(members) == 1 else {}), **{k: v for k, v in node.items() if k != "anyOf"}}
+        else:
+            return node
+
+
+def _unknown(value: Any, node: dict[str, Any], defs: dict[str, Any], path: str, found: list[str]) -> None:
+    node = _object_schema(node, defs)
+    if isinstance(value, dict):
+        properties = node.get("properties")
+        if properties is not None:
+            for key, child in value.items():
+                if key in properties:
+                    _unknown(child, properties[key], defs, f"{path}.{key}", found)
+                else:
+                    found.append(f"{path}.{key}")
+        elif isinstance(node.get("additionalProperties"), dict):
+            for key, child in value.items():
+                _unknown(child, node["additionalProperties"], defs, f"{path}.{key}", found)
+        # else a free-form object (x-kubernetes-preserve-unknown-fields): every key is the user's
+    elif isinstance(value, list) and isinstance(node.get("items"), dict):
+        for index, item in enumerate(value):
+            _unknown(item, node["items"], defs, f"{path}[{index}]", found)
+
+
+def unknown_fields(spec: Any) -> list[str]:
+    """Wire paths (`spec.prefill.replica`) of the fields in a PDDeployment spec (wire form) the API does not define:
+    what the API server prunes from a stored object. Only the names are checked (the wire, camelCase ones; a wrong
+    type is the schema's to report); map and free-form values (resources, nodeSelector, env valueFrom) take any key.
+    """
+    schema, defs = _spec_schema()
+    found: list[str] = []
+    if isinstance(spec, dict):
+        _unknown(spec, schema, defs, "spec", found)
+    return sorted(found)
+
+
+def _managed_spec(fields: Any) -> dict[str, Any]:
+    """The `f:spec` part of a managedFields FieldsV1 set as a nested dict of field names (list items are left out:
+    the CRD's lists are atomic, so their items are not listed)."""
+    out: dict[str, Any] = {}
+    if isinstance(fields, dict):
+        for key, child in fields.items():
+            if isinstance(key, str) and key.startswith("f:"):
+                out[key[2:]] = _managed_spec(child)
+    return out
+
+
+def applied_specs(metadata: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The specs as users wrote them, before the API server pruned unknown fields: kubectl's last-applied
+    configuration (client-side apply) and each server-side apply's managed field set (managedFields, operation
+    Apply). Neither is pruned, on any API server version; `kubectl create`/`replace`/`edit` leave no such trace."""
+    specs: list[dict[str, Any]] = []
+    last_applied = (metadata.get("annotations") or {}).get(LAST_APPLIED_ANNOTATION)
+    if last_applied:
+        try:
+            manifest = json.loads(last_applied)
+        except ValueError:
+            manifest = None
+        if isinstance(manifest, dict) and isinstance(manifest.get("spec"), dict):
+            specs.append(manifest["spec"])
+    for entry in metadata.get("managedFields") or []:
+        if isinstance(entry, Mapping) and entry.get("operation") == "Apply":
+            managed = _managed_spec((entry.get("fieldsV1") or {}).get("f:spec"))
+            if managed:
+                specs.append(managed)
+    return specs
+
+
+def applied_unknown_fields(metadata: Mapping[str, Any], spec: Any = None) -> list[str]:
+    """Unknown field paths in the stored `spec` and in every spec users applied (see `applied_specs`), sorted."""
+    found = set(unknown_fields(spec))
+    for applied in applied_specs(metadata):
+        found.update(unknown_fields(applied))
+    return sorted(found)

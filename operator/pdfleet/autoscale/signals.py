@@ -2,6 +2,11 @@
 
 `signals_from_results` is pure (query results -> PoolSignals / MetricsUnavailable per pool); `PrometheusSignalSource`
 is the thin adapter that sends the queries of `promql.fleet_queries` with one bounded timeout and no retries.
+
+A query can answer without a sample for a pool (its series are not scraped, or too young for a rate): that signal is
+*missing*, unlike a NaN sample, which is a value-less answer (a latency quantile of an idle pool). `complete_reading`
+turns a reading with missing signals into MetricsUnavailable(missing_signals), so the policy never decides on half a
+reading.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ TIMEOUT = "timeout"
 QUERY_ERROR = "query_error"
 BAD_RESPONSE = "bad_response"
 NO_SAMPLES = "no_samples"
+MISSING_SIGNALS = "missing_signals"
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,7 @@ class PoolSignals:
     request_rate: float | None  # finished requests/s, whole pool
     replicas_reporting: int
     fetched_at: float
+    missing: tuple[str, ...] = ()  # signals whose query answered without a sample for this pool (sorted names)
 
     @property
     def queue_per_replica(self) -> float | None:
@@ -56,6 +63,7 @@ class MetricsUnavailable:
     pool: str
     reason: str
     message: str
+    missing: tuple[str, ...] = ()  # with reason missing_signals: the signals that had no sample
 
 
 PoolReading = Union[PoolSignals, MetricsUnavailable]
@@ -98,8 +106,22 @@ def signals_from_results(
             continue
         values = {signal.value: indexed.get(signal, {}).get(pool) for signal in Signal}
         values[Signal.REPLICAS_REPORTING.value] = int(reporting)
-        readings[pool] = PoolSignals(pool=pool, fetched_at=fetched_at, **values)
+        missing = tuple(sorted(signal.value for signal in Signal if pool not in indexed.get(signal, {})))
+        readings[pool] = PoolSignals(pool=pool, fetched_at=fetched_at, missing=missing, **values)
     return readings
+
+
+def complete_reading(reading: PoolReading) -> PoolReading:
+    """The reading itself, or MetricsUnavailable(missing_signals) naming the signals it lacks."""
+    if isinstance(reading, PoolSignals) and reading.missing:
+        return MetricsUnavailable(
+            reading.pool,
+            MISSING_SIGNALS,
+            f"no {reading.pool} sample for {', '.join(reading.missing)} (their queries answered for other series"
+            " only: check the engines export them and Prometheus scrapes them)",
+            reading.missing,
+        )
+    return reading
 
 
 class PrometheusSignalSource:

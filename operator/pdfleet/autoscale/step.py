@@ -19,7 +19,7 @@ from pdfleet.autoscale.config import policy_config_from_spec
 from pdfleet.autoscale.drain import drain_progress, pods_removed
 from pdfleet.autoscale.fleet_decision import FleetDecision, decide_fleet
 from pdfleet.autoscale.policy import PoolScalerState, fresh_state
-from pdfleet.autoscale.signals import MetricsUnavailable, PoolReading
+from pdfleet.autoscale.signals import MetricsUnavailable, PoolReading, complete_reading
 from pdfleet.cluster.events import Event
 from pdfleet.topology.inventory import NodeInfo
 from pdfleet.topology.placement import PlacementError, plan_placement
@@ -43,17 +43,25 @@ def epoch(text: str) -> float:
 
 
 def metrics_report(readings: Mapping[str, PoolReading], enabled: Sequence[str]) -> dict[str, Any]:
-    """status.autoscaler.metrics: available, or the first reason an enabled pool has no data."""
-    missing = [readings[p] for p in enabled if isinstance(readings[p], MetricsUnavailable)]
-    if not missing:
+    """status.autoscaler.metrics: available, or the first reason an enabled pool has no (complete) data, each distinct
+    problem with its pool, and per pool the signals that are missing."""
+    unavailable = [complete_reading(readings[p]) for p in enabled]
+    unavailable = [r for r in unavailable if isinstance(r, MetricsUnavailable)]
+    if not unavailable:
         return {"available": True, "reason": "MetricsFresh", "message": "all autoscaled pools have fresh metrics"}
-    first = missing[0]
-    reason = "".join(word.capitalize() for word in first.reason.split("_"))
-    return {
+    reason = "".join(word.capitalize() for word in unavailable[0].reason.split("_"))
+    problems: dict[str, str] = {}  # message -> the first pool with it (one fetch failure reads alike for all pools)
+    for reading in unavailable:
+        problems.setdefault(reading.message, reading.pool)
+    report: dict[str, Any] = {
         "available": False,
         "reason": f"Metrics{reason}",
-        "message": f"{first.pool}: {first.message}; holding current replicas",
+        "message": "; ".join(f"{pool}: {message}" for message, pool in problems.items()) + "; holding current replicas",
     }
+    missing = {r.pool: list(r.missing) for r in unavailable if r.missing}
+    if missing:
+        report["missing"] = missing
+    return report
 
 
 def drained_pods(spec: PDDeploymentSpec, nodes: Sequence[NodeInfo], pdd_name: str, pool: str, target: int) -> list[str]:
@@ -88,7 +96,9 @@ def plan_autoscale(
     config = policy_config_from_spec(spec)
     current = {pool: spec.pool(pool).replicas for pool in POOLS}
     states = {pool: states.get(pool) or fresh_state(current[pool], now) for pool in POOLS}
-    decision = decide_fleet(config, current, readings, states, now)
+    # a pool with missing signals holds: no decision on half a reading
+    complete = {pool: complete_reading(reading) for pool, reading in readings.items()}
+    decision = decide_fleet(config, current, complete, states, now)
     previous = status.get("autoscaler") or {}
     drain = status.get("drain")
     replicas: dict[str, int] = {}

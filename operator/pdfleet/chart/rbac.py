@@ -1,4 +1,4 @@
-"""The operator's ClusterRole rules, derived from the code that makes the API calls (least privilege, no guessing).
+"""The operator's RBAC rules, derived from the code that makes the API calls (least privilege, no guessing).
 
 Why derive instead of declare: the reconcile code is the only truth of what the operator calls, and a hand-kept list
 drifts silently. So the rules are computed from three places and written to charts/pdfleet/files/rbac-rules.yaml by
@@ -14,7 +14,12 @@ drifts silently. So the rules are computed from three places and written to char
    paths address the PDDeployment (or its subresource); `/apis` alone is discovery.
 3. Kopf's own needs, declared here: posting Events, observing CRDs, and (only with peering) the peering objects.
 
-The integration test then runs the real operator with the chart's ServiceAccount token, proving the rules suffice.
+The rules are then split by scope. Cluster-scoped resources (Nodes, CRDs) can only be granted by a ClusterRole;
+everything else lives in namespaces, so with `watchNamespaces` the chart grants it by a Role in each watched namespace
+and the ClusterRole only reads (plus the Namespaces Kopf follows in that mode). Cluster-wide, a ClusterRole holds all.
+
+The integration tests then run the real operator with the chart's ServiceAccount token, cluster-wide and namespaced,
+proving the rules suffice.
 """
 
 from __future__ import annotations
@@ -40,8 +45,26 @@ KOPF_RULES: tuple[Rule, ...] = (
     ("apiextensions.k8s.io", "customresourcedefinitions", "list"),  # resource observation: notices CRDs added later
     ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
 )
+# Kopf's namespace observation: with --namespace it lists and watches Namespaces to follow the watched ones
+# (cluster-wide it does not). Without these it retries the forbidden list for about a minute before it falls back to
+# the given names, and handles nothing meanwhile.
+KOPF_NAMESPACED_MODE_RULES: tuple[Rule, ...] = ((CORE_GROUP, "namespaces", "list"), (CORE_GROUP, "namespaces", "watch"))
 PEERING_VERBS = ("list", "watch", "patch")  # Kopf watches the peering object and patches its own keep-alive into it
 PEERING_GROUP = "kopf.dev"
+# Resources that exist outside namespaces (a Role cannot grant them). Every other resource a rule names must be known
+# to be namespaced (NAMESPACED_RESOURCES or a namespaced child kind); an unknown one fails the generation.
+CLUSTER_SCOPED_RESOURCES = {
+    (CORE_GROUP, "nodes"),
+    (CORE_GROUP, "namespaces"),
+    ("apiextensions.k8s.io", "customresourcedefinitions"),
+    (PEERING_GROUP, "clusterkopfpeerings"),
+}
+NAMESPACED_RESOURCES = {
+    (CORE_GROUP, "pods"),
+    (CORE_GROUP, "events"),
+    (API_GROUP, PLURAL),
+    (PEERING_GROUP, "kopfpeerings"),
+}
 
 
 def operator_handler_modules() -> list[str]:
@@ -172,21 +195,77 @@ def as_cluster_role_rules(rules: Iterable[Rule]) -> list[dict]:
     ]
 
 
+def is_cluster_scoped(group: str, resource: str) -> bool:
+    """Whether `resource` (or the resource of a subresource like `pddeployments/status`) is cluster-scoped."""
+    from pdfleet.cluster import kube
+
+    base = (group, resource.partition("/")[0])
+    if base in CLUSTER_SCOPED_RESOURCES:
+        return True
+    children = {(rt.api_version.rpartition("/")[0], rt.plural): rt.namespaced for rt in kube.CHILD_KINDS.values()}
+    if base in NAMESPACED_RESOURCES or children.get(base):
+        return False
+    raise ValueError(f"scope of {base} unknown: add it to CLUSTER_SCOPED_RESOURCES or NAMESPACED_RESOURCES")
+
+
+def _derived_rules() -> set[Rule]:
+    return kopf_rules() | kube_client_rules() | set(KOPF_RULES)
+
+
+def cluster_scoped_rules() -> list[dict]:
+    """Rules on cluster-scoped resources (Nodes, CRDs): a ClusterRole in both modes."""
+    return as_cluster_role_rules(r for r in _derived_rules() if is_cluster_scoped(r[0], r[1]))
+
+
+def namespaced_rules() -> list[dict]:
+    """Rules on namespaced resources: a Role per watched namespace, or part of the ClusterRole when cluster-wide."""
+    return as_cluster_role_rules(r for r in _derived_rules() if not is_cluster_scoped(r[0], r[1]))
+
+
+def namespace_observation_rules() -> list[dict]:
+    """Cluster-scoped reads only a namespaced operator needs (Kopf follows its watched namespaces)."""
+    return as_cluster_role_rules(KOPF_NAMESPACED_MODE_RULES)
+
+
+def peering_rules(*, clusterwide: bool) -> list[dict]:
+    """Kopf peering: a cluster-wide operator uses ClusterKopfPeering, a namespaced one KopfPeering per namespace."""
+    resource = "clusterkopfpeerings" if clusterwide else "kopfpeerings"
+    return as_cluster_role_rules((PEERING_GROUP, resource, verb) for verb in PEERING_VERBS)
+
+
+def cluster_role_rules(*, namespaced: bool, peering: bool) -> list[dict]:
+    """What the chart's ClusterRole holds: cluster-wide, every rule; namespaced (`watchNamespaces`), reads only."""
+    if namespaced:
+        return cluster_scoped_rules() + namespace_observation_rules()
+    return cluster_scoped_rules() + namespaced_rules() + (peering_rules(clusterwide=True) if peering else [])
+
+
+def role_rules(*, peering: bool) -> list[dict]:
+    """What the chart's Role in each watched namespace holds (namespaced mode only)."""
+    return namespaced_rules() + (peering_rules(clusterwide=False) if peering else [])
+
+
 def operator_rules() -> list[dict]:
-    """The operator's ClusterRole rules without peering."""
-    return as_cluster_role_rules(kopf_rules() | kube_client_rules() | set(KOPF_RULES))
-
-
-def peering_rules() -> list[dict]:
-    """Extra rules when Kopf peering is on (cluster-wide ClusterKopfPeering, namespaced KopfPeering)."""
-    return as_cluster_role_rules(
-        (PEERING_GROUP, resource, verb)
-        for resource in ("clusterkopfpeerings", "kopfpeerings")
-        for verb in PEERING_VERBS
-    )
+    """The cluster-wide operator's ClusterRole rules without peering (every rule the code derives)."""
+    return cluster_role_rules(namespaced=False, peering=False)
 
 
 def rules_file() -> str:
-    """YAML of both rule sets (what charts/pdfleet/files/rbac-rules.yaml must hold)."""
-    header = "# Generated by scripts/render_manifests.py from pdfleet.chart.rbac. Do not edit by hand.\n"
-    return header + yaml.safe_dump({"operator": operator_rules(), "peering": peering_rules()}, sort_keys=False)
+    """YAML of the rule sets by scope (what charts/pdfleet/files/rbac-rules.yaml must hold); templates/rbac.yaml
+    puts them together as cluster_role_rules() and role_rules() do."""
+    header = (
+        "# Generated by scripts/render_manifests.py from pdfleet.chart.rbac. Do not edit by hand.\n"
+        "# clusterScoped: ClusterRole always. namespaced: a Role per watched namespace, or the ClusterRole when\n"
+        "# cluster-wide. namespaceObservation: ClusterRole, with watchNamespaces only. peering: with Kopf peering,\n"
+        "# clusterScoped in the ClusterRole (cluster-wide) or namespaced in each Role (watchNamespaces).\n"
+    )
+    rule_sets = {
+        "clusterScoped": cluster_scoped_rules(),
+        "namespaced": namespaced_rules(),
+        "namespaceObservation": namespace_observation_rules(),
+        "peering": {
+            "clusterScoped": peering_rules(clusterwide=True),
+            "namespaced": peering_rules(clusterwide=False),
+        },
+    }
+    return header + yaml.safe_dump(rule_sets, sort_keys=False)

@@ -187,7 +187,9 @@ async def reconcile_daemon(
         FLEETS[key] = snapshot
         started = time.perf_counter()
         try:
-            plan = plan_reconcile(
+            # Placement and rendering are pure but not free: plan in a worker thread, never on the event loop.
+            plan = await asyncio.to_thread(
+                plan_reconcile,
                 pdd=snapshot,
                 nodes=index_snapshot(kwargs["node_index"], None),
                 children=[c for idx in CHILD_INDEXES for c in index_snapshot(kwargs[idx], key)],

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from pdfleet import POOLS
-from pdfleet.api.model import PDDeploymentSpec, SpecError, parse_spec, validate_name
+from pdfleet.api.model import PDDeploymentSpec, SpecError, applied_unknown_fields, parse_spec, validate_name
 from pdfleet.cluster.events import Event
 from pdfleet.cluster.kube import APPLIED_HASH_ANNOTATION, with_applied_hash
 from pdfleet.cluster.observed import ChildState, PodState
@@ -85,6 +85,28 @@ def cell_status(placement: Placement, pods: Sequence[PodState]) -> list[dict[str
         }
         for c in placement.cells
     ]
+
+
+UNKNOWN_FIELDS_SHOWN = 20  # field paths named in the UnknownFields condition; the rest are counted
+
+
+def unknown_fields_condition(unknown: Sequence[str], previous: Mapping[str, Any] | None) -> dict[str, str] | None:
+    """UnknownFields: True naming the fields the API server dropped (they have no effect); False once they are gone
+    (only when it was reported before, so a fleet that never had a typo shows no such condition)."""
+    if unknown:
+        shown = ", ".join(unknown[:UNKNOWN_FIELDS_SHOWN])
+        more = f" and {len(unknown) - UNKNOWN_FIELDS_SHOWN} more" if len(unknown) > UNKNOWN_FIELDS_SHOWN else ""
+        return _condition(
+            "UnknownFields",
+            True,
+            "UnknownFields",
+            f"the API server dropped fields pdfleet does not know, so they have no effect: {shown}{more}"
+            " (check the spelling: fields are camelCase; `kubectl apply --validate=strict` rejects them on API"
+            " servers with field validation)",
+        )
+    if previous is not None:
+        return _condition("UnknownFields", False, "NoUnknownFields", "every applied spec field is known")
+    return None
 
 
 def _fleet_conditions(
@@ -225,8 +247,27 @@ def plan_reconcile(
             )
         )
 
+    previous_unknown = next((c for c in old_status.get("conditions") or [] if c.get("type") == "UnknownFields"), None)
+    unknown = unknown_fields_condition(applied_unknown_fields(meta, pdd.get("spec")), previous_unknown)
+    if unknown is not None:
+        conditions.append(unknown)
+
     merged, changed = merge_conditions(old_status.get("conditions") or [], conditions, now)
-    warn_on = {("InvalidSpec", "True"), ("Degraded", "True"), ("Ready", "False"), ("MetricsAvailable", "False")}
+    if (
+        unknown is not None
+        and unknown["status"] == "True"
+        and previous_unknown is not None
+        and previous_unknown.get("status") == "True"
+        and previous_unknown.get("message") != unknown["message"]
+    ):
+        changed.append(unknown)  # other fields than before: say so again
+    warn_on = {
+        ("InvalidSpec", "True"),
+        ("Degraded", "True"),
+        ("Ready", "False"),
+        ("MetricsAvailable", "False"),
+        ("UnknownFields", "True"),
+    }
     events = tuple(
         Event(
             "Warning" if (c["type"], c["status"]) in warn_on else "Normal", c["reason"], f"{c['type']}: {c['message']}"

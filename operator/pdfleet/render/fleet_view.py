@@ -18,6 +18,15 @@ from pdfleet.api.model import PDDeploymentSpec
 from pdfleet.render.meta import LABEL_POOL, LABEL_RACK, LABEL_ZONE
 
 FLEET_VIEW_VERSION = 1
+# first-byte and inter-chunk timeouts of the router's legs, from the SLA unless spec.router.policy sets them
+FIRST_BYTE_TTFT_MULTIPLE = 4
+FIRST_BYTE_MARGIN_SECONDS = 10.0
+INTER_CHUNK_TPOT_MULTIPLE = 20
+INTER_CHUNK_FLOOR_SECONDS = 5.0
+# the router assumes these when a view leaves the timeouts out (the default SLA's values, ttftMs 500 and tpotMs 50);
+# the view carries them only when they differ, so a view of the default SLA reads as before
+ROUTER_DEFAULT_LEG_TIMEOUTS = (12.0, 5.0)
+_LEG_TIMEOUT_KEYS = ("firstByteTimeoutSeconds", "interChunkTimeoutSeconds")
 
 
 def url_host(ip: str) -> str:
@@ -84,6 +93,32 @@ def fleet_endpoints(pods: Iterable[EnginePod], port: int, draining: Collection[s
     ]
 
 
+def leg_timeouts(spec: PDDeploymentSpec) -> tuple[float, float]:
+    """(first-byte, inter-chunk) timeouts of the router's legs in seconds: spec.router.policy's when set, else from
+    the SLA: a few times ttftMs plus a margin (queueing, KV transfer), a multiple of tpotMs with a floor (a decode
+    step under load, a preemption)."""
+    policy, sla = spec.router.policy, spec.sla
+    first_byte = policy.first_byte_timeout_seconds
+    if first_byte is None:
+        first_byte = FIRST_BYTE_TTFT_MULTIPLE * sla.ttft_ms / 1000 + FIRST_BYTE_MARGIN_SECONDS
+    inter_chunk = policy.inter_chunk_timeout_seconds
+    if inter_chunk is None:
+        inter_chunk = max(INTER_CHUNK_FLOOR_SECONDS, INTER_CHUNK_TPOT_MULTIPLE * sla.tpot_ms / 1000)
+    return float(first_byte), float(inter_chunk)
+
+
+def render_policy(spec: PDDeploymentSpec) -> dict[str, Any]:
+    """The view's `policy` object: spec.router.policy on the wire, with the leg timeouts resolved (and left out when
+    they equal the router's defaults)."""
+    policy = spec.router.policy.model_dump(
+        by_alias=True, mode="json", exclude={"first_byte_timeout_seconds", "inter_chunk_timeout_seconds"}
+    )
+    for key, value, default in zip(_LEG_TIMEOUT_KEYS, leg_timeouts(spec), ROUTER_DEFAULT_LEG_TIMEOUTS):
+        if value != default:
+            policy[key] = value
+    return policy
+
+
 def render_fleet_view(spec: PDDeploymentSpec, generation: int, endpoints: Iterable[Endpoint]) -> dict[str, Any]:
     """The fleet.json document without its revision: model, routing policy and endpoints (sorted by pool, then
     name)."""
@@ -91,7 +126,7 @@ def render_fleet_view(spec: PDDeploymentSpec, generation: int, endpoints: Iterab
         "version": FLEET_VIEW_VERSION,
         "generation": generation,
         "model": spec.model.served_name,
-        "policy": spec.router.policy.model_dump(by_alias=True, mode="json"),
+        "policy": render_policy(spec),
         "endpoints": [asdict(ep) for ep in sorted(endpoints, key=lambda ep: (ep.pool, ep.name))],
     }
 

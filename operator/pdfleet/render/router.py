@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
 from pdfleet.api.model import PDDeploymentSpec
 from pdfleet.render.fleet_view import fleet_view_json
 from pdfleet.render.meta import (
+    POD_SECCOMP,
+    RESTRICTED_CONTAINER,
     ROUTER_COMPONENT,
     Owner,
     component_labels,
@@ -25,7 +28,18 @@ FLEET_FILE_KEY = "fleet.json"
 FLEET_DIR = "/etc/pdfleet"
 FLEET_FILE = f"{FLEET_DIR}/{FLEET_FILE_KEY}"
 ROUTER_CONTAINER = "router"
-ROUTER_RESOURCES = {"requests": {"cpu": "250m", "memory": "256Mi"}}
+# One asyncio process: it never uses much more than a core, so the CPU limit only caps a runaway; memory holds the
+# in-flight streams.
+ROUTER_RESOURCES = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
+# The router is pdfleet's own image (the operator's by default), built to run as this non-root user; it writes no
+# file, so its root filesystem is read-only (docs/security.md).
+ROUTER_UID = 65532
+ROUTER_POD_SECURITY = {"runAsNonRoot": True, "runAsUser": ROUTER_UID, "runAsGroup": ROUTER_UID, **POD_SECCOMP}
+ROUTER_CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": RESTRICTED_CONTAINER["capabilities"],
+}
 
 
 def render_router_configmap(owner: Owner, fleet_view: Mapping[str, Any]) -> dict[str, Any]:
@@ -58,10 +72,11 @@ def render_router_deployment(owner: Owner, spec: PDDeploymentSpec, operator_imag
             {"name": ROUTER_ADMIN_PORT_NAME, "containerPort": router.admin_port, "protocol": "TCP"},
         ],
         "env": [field_env("POD_NAME", "metadata.name"), field_env("POD_NAMESPACE", "metadata.namespace")],
-        "resources": ROUTER_RESOURCES,
+        "resources": copy.deepcopy(ROUTER_RESOURCES),
         "readinessProbe": http_probe("/ready", ROUTER_ADMIN_PORT_NAME, period=2, timeout=2, failures=3),
         "livenessProbe": http_probe("/health", ROUTER_ADMIN_PORT_NAME, period=10, timeout=5, failures=3),
         "volumeMounts": [{"name": "fleet", "mountPath": FLEET_DIR, "readOnly": True}],
+        "securityContext": copy.deepcopy(ROUTER_CONTAINER_SECURITY),
     }
     return {
         "apiVersion": "apps/v1",
@@ -76,6 +91,7 @@ def render_router_deployment(owner: Owner, spec: PDDeploymentSpec, operator_imag
                 "metadata": {"labels": dict(labels), "annotations": prometheus_annotations(router.admin_port)},
                 "spec": {
                     "automountServiceAccountToken": False,  # the router reads a mounted file, never the API
+                    "securityContext": copy.deepcopy(ROUTER_POD_SECURITY),
                     "containers": [container],
                     "volumes": [{"name": "fleet", "configMap": {"name": router_name(owner.name)}}],
                 },

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from pdfleet.api.model import GPU_RESOURCE, PDDeploymentSpec, PoolSpec
@@ -10,6 +11,8 @@ from pdfleet.render.meta import (
     LABEL_CELL,
     LABEL_RACK,
     LABEL_ZONE,
+    POD_SECCOMP,
+    RESTRICTED_CONTAINER,
     Owner,
     component_labels,
     field_env,
@@ -63,6 +66,15 @@ def _resources(pool: PoolSpec) -> dict[str, Any]:
     return {"limits": amounts, "requests": dict(amounts)} if amounts else {}
 
 
+def _security_context(spec: PDDeploymentSpec) -> dict[str, Any]:
+    """The engine container's SecurityContext: pdfleet's restrictions, then spec.engine.securityContext key by key.
+
+    Not runAsNonRoot by default: vLLM's image runs as root. Not readOnlyRootFilesystem: the engine downloads the model
+    and writes compile caches under $HOME and /tmp, and the spec mounts no volume for them (docs/security.md).
+    """
+    return {**copy.deepcopy(RESTRICTED_CONTAINER), **copy.deepcopy(spec.engine.security_context or {})}
+
+
 def _affinity(spec: PDDeploymentSpec, cell: Cell) -> dict[str, Any] | None:
     pool = spec.pool(cell.pool)
     expressions = []
@@ -95,9 +107,11 @@ def _pod_spec(spec: PDDeploymentSpec, cell: Cell) -> dict[str, Any]:
         "livenessProbe": http_probe("/health", ENGINE_PORT_NAME, **LIVENESS_PROBE),
         # Tensor-parallel workers share tensors through /dev/shm; the container default (64 MiB) is too small.
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        "securityContext": _security_context(spec),
     }
     pod: dict[str, Any] = {
         "automountServiceAccountToken": False,  # engines never call the Kubernetes API
+        "securityContext": copy.deepcopy(POD_SECCOMP),
         "containers": [container],
         "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
     }

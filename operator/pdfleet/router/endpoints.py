@@ -10,6 +10,8 @@ from .fleet_view import EndpointSpec, FleetView
 from .httpclient import UpstreamPool, fetch, request_bytes
 
 log = logging.getLogger("pdfleet.router")
+TIMEOUT_HOLD_SECONDS = 15.0  # default hold-out of an endpoint whose leg timed out (router flag --timeout-hold-seconds)
+TIMEOUT_HOLD_MAX_FACTOR = 16  # consecutive hold-outs double it up to this many times
 
 
 class EndpointState:
@@ -27,6 +29,8 @@ class EndpointState:
         "pool",
         "retired",
         "host_header",
+        "hold_until",
+        "strikes",
         "_heads",
     )
 
@@ -42,6 +46,8 @@ class EndpointState:
         self.retired = False
         self.pool = UpstreamPool(spec.host, spec.port, connect_timeout)
         self.host_header = f"{spec.host}:{spec.port}".encode()
+        self.hold_until = 0.0  # loop time before which health checks may not bring it back (a leg timed out)
+        self.strikes = 0  # consecutive hold-outs without serving in between
         self._heads: dict[bytes, bytes] = {}
 
     def post_head(self, path: bytes) -> bytes:
@@ -71,8 +77,9 @@ class EndpointState:
 class EndpointRegistry:
     """The fleet view in force plus per-endpoint runtime state that survives view changes."""
 
-    def __init__(self, connect_timeout: float = 2.0) -> None:
+    def __init__(self, connect_timeout: float = 2.0, timeout_hold_seconds: float = TIMEOUT_HOLD_SECONDS) -> None:
         self.connect_timeout = connect_timeout
+        self.timeout_hold_seconds = timeout_hold_seconds
         self.view: FleetView | None = None
         self.by_name: dict[str, EndpointState] = {}
         self.prefills: list[EndpointState] = []
@@ -109,6 +116,34 @@ class EndpointRegistry:
         if state.retired and state.inflight == 0:
             self.retired.pop(id(state), None)
 
+    def leg_timed_out(self, state: EndpointState, now: float, alive_window: float) -> bool:
+        """A leg on `state` got no first byte or fell silent in time. Unless other legs got bytes from it within
+        `alive_window` seconds (busy, not hung), it is taken out and held out of health checks, which its /health
+        would pass even when hung, for the hold time: doubled for each consecutive hold-out (up to
+        TIMEOUT_HOLD_MAX_FACTOR times), reset once it has served again. True if it is held out."""
+        if now - state.pool.last_data < alive_window:
+            return False
+        state.healthy = False
+        if now < state.hold_until:
+            return True  # one more leg of the same episode
+        if state.pool.last_data > state.hold_until:
+            state.strikes = 0  # it served since its last hold-out
+        state.strikes += 1
+        factor = min(2 ** (state.strikes - 1), TIMEOUT_HOLD_MAX_FACTOR)
+        state.hold_until = now + self.timeout_hold_seconds * factor
+        log.warning(
+            "endpoint %s (%s) timed out with no sign of life: held out for %gs",
+            state.name,
+            state.spec.url,
+            self.timeout_hold_seconds * factor,
+        )
+        return True
+
+    @staticmethod
+    def may_recover(state: EndpointState, now: float) -> bool:
+        """Whether a passing health check may mark `state` healthy now (its hold-out, if any, is over)."""
+        return now >= state.hold_until
+
     def all_states(self) -> Iterator[EndpointState]:
         """Endpoints in the view, then retired ones still carrying work."""
         yield from self.by_name.values()
@@ -138,11 +173,13 @@ async def check_endpoint(state: EndpointState, timeout: float) -> bool:
 
 async def health_loop(registry: EndpointRegistry, interval: float, timeout: float, stop: asyncio.Event) -> None:
     """Check every endpoint each `interval` seconds until `stop` is set; logs transitions."""
+    loop = asyncio.get_running_loop()
     while not stop.is_set():
         states = list(registry.by_name.values())
         results = await asyncio.gather(*(check_endpoint(s, timeout) for s in states), return_exceptions=True)
+        now = loop.time()
         for state, ok in zip(states, results):
-            ok = ok is True
+            ok = ok is True and registry.may_recover(state, now)
             if ok != state.healthy:
                 log.warning("endpoint %s (%s) is now %s", state.name, state.spec.url, "healthy" if ok else "unhealthy")
             state.healthy = ok

@@ -75,3 +75,23 @@ def after_decode(outcome: Outcome, retries_done: int, max_retries: int, can_fall
     if retries_done < max_retries:
         return Decision(Action.RETRY)
     return Decision(Action.FALLBACK) if can_fall_back else Decision(Action.FAIL, fail_status(outcome))
+
+
+# A non-streamed reply arrives whole, after its last token: on top of the first-byte timeout its first byte may take
+# inter_chunk / TOKENS_PER_INTER_CHUNK per requested token. The operator derives the inter-chunk timeout as
+# max(5 s, 20 x the SLA's tpotMs), so that is max(0.25 s, the SLA's tpot) per token.
+TOKENS_PER_INTER_CHUNK = 20
+
+
+def first_byte_timeout(first_byte: float, inter_chunk: float, stream: bool, max_tokens: object) -> float:
+    """How long a decode or direct leg may wait for the first body byte of its reply; 0.0 means no such bound (only
+    the leg's overall timeout holds).
+
+    A stream's first chunk comes once the prompt is in: `first_byte`. A non-streamed reply comes whole, so its wait
+    grows by `inter_chunk / TOKENS_PER_INTER_CHUNK` per requested token (`max_tokens`); without a token count (e.g. a
+    chat request that leaves max_tokens to the engine) there is no such bound."""
+    if stream:
+        return first_byte
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+        return 0.0
+    return first_byte + max_tokens * inter_chunk / TOKENS_PER_INTER_CHUNK

@@ -28,6 +28,10 @@ class RoutingPolicy:
     max_decode_retries: int = 2
     prefill_timeout_seconds: float = 60.0
     decode_timeout_seconds: float = 600.0
+    # the operator derives these two from the SLA (render.fleet_view.leg_timeouts); the defaults are the values of
+    # the default SLA (ttftMs 500, tpotMs 50), and a view leaves them out when they are equal to these
+    first_byte_timeout_seconds: float = 12.0  # an upstream's first body byte (prefill, decode, direct legs)
+    inter_chunk_timeout_seconds: float = 5.0  # the longest a decode may fall silent once its reply started
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,12 @@ _POLICY_FIELDS: dict[str, tuple[str, type]] = {
     "maxDecodeRetries": ("max_decode_retries", int),
     "prefillTimeoutSeconds": ("prefill_timeout_seconds", float),
     "decodeTimeoutSeconds": ("decode_timeout_seconds", float),
+    "firstByteTimeoutSeconds": ("first_byte_timeout_seconds", float),
+    "interChunkTimeoutSeconds": ("inter_chunk_timeout_seconds", float),
 }
+# optional on the wire: written only when they differ from the router's defaults (as the operator renders them)
+_SPARSE_POLICY_FIELDS = frozenset({"firstByteTimeoutSeconds", "interChunkTimeoutSeconds"})
+_DEFAULT_POLICY = RoutingPolicy()
 
 
 def _typed(value: Any, kind: type, what: str) -> Any:
@@ -109,7 +118,13 @@ def parse_policy(raw: Mapping[str, Any] | None) -> RoutingPolicy:
     for attr in ("max_prefill_retries", "max_decode_retries", "disaggregate_min_prompt_tokens"):
         if getattr(policy, attr) < 0:
             raise FleetViewError(f"policy {attr} must be >= 0")
-    if policy.prefill_timeout_seconds <= 0 or policy.decode_timeout_seconds <= 0:
+    timeouts = (
+        policy.prefill_timeout_seconds,
+        policy.decode_timeout_seconds,
+        policy.first_byte_timeout_seconds,
+        policy.inter_chunk_timeout_seconds,
+    )
+    if min(timeouts) <= 0:
         raise FleetViewError("policy timeouts must be > 0")
     return policy
 
@@ -180,7 +195,11 @@ def fleet_view_to_dict(view: FleetView) -> dict[str, Any]:
         "generation": view.generation,
         "revision": view.revision,
         "model": view.model,
-        "policy": {wire: getattr(view.policy, attr) for wire, (attr, _) in _POLICY_FIELDS.items()},
+        "policy": {
+            wire: getattr(view.policy, attr)
+            for wire, (attr, _) in _POLICY_FIELDS.items()
+            if wire not in _SPARSE_POLICY_FIELDS or getattr(view.policy, attr) != getattr(_DEFAULT_POLICY, attr)
+        },
         "endpoints": [
             {"name": e.name, "pool": e.pool, "url": e.url, "rack": e.rack, "zone": e.zone, "draining": e.draining}
             for e in view.endpoints

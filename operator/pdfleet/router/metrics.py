@@ -75,6 +75,8 @@ class RouterMetrics:
         self.retries: defaultdict[str, int] = defaultdict(int)  # leg
         self.pairs: defaultdict[str, int] = defaultdict(int)  # locality
         self.kv_handshake_failures: defaultdict[str, int] = defaultdict(int)  # reason
+        self.upstream_timeouts: defaultdict[tuple[str, str], int] = defaultdict(int)  # (pool, kind)
+        self.client_rejections: defaultdict[str, int] = defaultdict(int)  # reason
         self.fallbacks = 0
         self.fleet_generation = 0
         self.fleet_reloads = 0
@@ -112,6 +114,19 @@ class RouterMetrics:
             "Two-stage KV handshake failures.",
             ("reason",),
             [((k,), v) for k, v in self.kv_handshake_failures.items()],
+        )
+        yield _counter(
+            p + "upstream_timeouts",
+            "Upstream legs that missed a deadline, by pool and kind (first_byte, inter_chunk, total).",
+            ("pool", "kind"),
+            list(self.upstream_timeouts.items()),
+        )
+        yield _counter(
+            p + "client_rejections",
+            "Client requests the HTTP server refused or cut off, by reason (body_too_large, header_too_large, "
+            "request_line_too_long, header_timeout, body_timeout, bad_request, internal_error).",
+            ("reason",),
+            [((k,), v) for k, v in self.client_rejections.items()],
         )
         yield _counter(p + "fleet_reloads", "Fleet views applied.", (), [((), self.fleet_reloads)])
         generation = GaugeMetricFamily(p + "fleet_generation", "Generation of the fleet view in use.")

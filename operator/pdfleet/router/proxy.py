@@ -2,6 +2,10 @@
 
 Per request: JSON is parsed once; the prefill leg's small reply is collected; the decode leg's reply is forwarded from
 the upstream socket callbacks straight to the client socket (HTTP chunks re-framed, SSE bytes untouched).
+
+No body goes to an engine with a client's engine-internal fields (handshake.INTERNAL_FIELDS). Each leg has a first-byte
+and (decode, direct) an inter-chunk timeout from the policy; a leg that misses one on an endpoint no other leg got bytes
+from lately takes that endpoint out until its hold-out ends (EndpointRegistry.leg_timed_out).
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import os
 from functools import partial
 from typing import Any, Awaitable, Callable, Generic, TypeVar
@@ -20,11 +25,30 @@ from .httpclient import ABORTED, PROTOCOL, TIMEOUT, CollectSink, UpstreamConnect
 from .httpserver import ClientConnection, Request, response_head
 from .metrics import RouterMetrics
 
+log = logging.getLogger("pdfleet.router")
 COMPLETION_PATHS = frozenset({b"/v1/completions", b"/v1/chat/completions"})
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM's max_tokens of a /v1/completions request that sets none
 DISAGGREGATED, DIRECT, FALLBACK = "disaggregated", "direct", "fallback"
 _JSON = b"application/json"
 _SSE = b"text/event-stream"
 _LAST_CHUNK = b"0\r\n\r\n"
+_BAD_PROMPT = "request body: the prompt must be a string, a list of token ids, or a batch of either"
+
+
+def is_json_media_type(content_type: bytes) -> bool:
+    """application/json or application/<anything>+json, any parameters (charset) ignored."""
+    media = content_type.split(b";", 1)[0].strip().lower()
+    return media == _JSON or (media.startswith(b"application/") and media.endswith(b"+json"))
+
+
+def requested_tokens(body: dict[str, Any], path: bytes) -> object:
+    """The most tokens a request may generate, as it says (None when it leaves that to the engine)."""
+    tokens = body.get("max_completion_tokens")
+    if tokens is None:
+        tokens = body.get("max_tokens")
+    if tokens is None and path == b"/v1/completions":
+        return COMPLETIONS_DEFAULT_MAX_TOKENS
+    return tokens
 
 
 def outcome_of_error(error: UpstreamError) -> Outcome:
@@ -64,6 +88,7 @@ class StreamSink:
         "t_last",
         "error",
         "outcome",
+        "timed_out",
     )
 
     def __init__(self, client: ClientConnection, loop: asyncio.AbstractEventLoop) -> None:
@@ -82,6 +107,7 @@ class StreamSink:
         self.t_last = 0.0
         self.error = ""
         self.outcome = Outcome.OK
+        self.timed_out = ""  # which deadline the leg missed (httpclient FIRST_BYTE, INTER_CHUNK, TOTAL)
 
     def rebind(self, conn: UpstreamConnection) -> None:
         """The exchange moved to a fresh connection (stale keep-alive socket)."""
@@ -134,6 +160,8 @@ class StreamSink:
 
     def on_failure(self, error: UpstreamError) -> None:  # noqa: D102
         self.error = str(error)
+        if error.kind == TIMEOUT:
+            self.timed_out = error.reason
         if self.committed and error.kind != ABORTED:
             self.outcome = Outcome.DIED_MID_STREAM
         else:
@@ -204,6 +232,10 @@ class PDRouter:
         """Dispatch one request (httpserver.Application)."""
         path = request.path
         if path in COMPLETION_PATHS and request.method == b"POST":
+            content_type = request.content_type
+            if content_type is not None and content_type != _JSON and not is_json_media_type(content_type):
+                media = content_type.decode(errors="replace")[:100]
+                return self._fail(conn, DIRECT, 415, f"request body must be application/json, got {media!r}")
             self.loop.create_task(self._complete(conn, request))
         elif path == b"/v1/models" and request.method == b"GET":
             conn.respond(200, self._models())
@@ -211,7 +243,12 @@ class PDRouter:
             ready = self.registry.ready()
             conn.respond(200 if ready else 503, b"{}" if ready else handshake.error_body(503, "not ready"))
         else:
-            conn.respond(404, handshake.error_body(404, f"no route for {request.method.decode()} {path.decode()}"))
+            route = f"{request.method.decode(errors='replace')} {path.decode(errors='replace')[:200]}"
+            conn.respond(404, handshake.error_body(404, f"no route for {route}"))
+
+    def client_rejected(self, reason: str) -> None:
+        """The HTTP server refused a request (a limit, a timeout, a parse error): count it."""
+        self.metrics.client_rejections[reason] += 1
 
     def _models(self) -> bytes:
         view = self.registry.view
@@ -225,6 +262,18 @@ class PDRouter:
 
     # -- one completion request -----------------------------------------------------------------------------------
     async def _complete(self, conn: ClientConnection, request: Request) -> None:
+        try:
+            await self._serve_completion(conn, request)
+        except Exception:  # a bug must cost one request an error reply, not its connection a hang
+            log.exception("unhandled error serving a %s request", request.path.decode(errors="replace"))
+            if conn.closed or conn.current is not request:
+                return
+            if conn.written:
+                conn.close()
+            else:
+                self._fail(conn, DIRECT, 500, "internal error of the router")
+
+    async def _serve_completion(self, conn: ClientConnection, request: Request) -> None:
         view = self.registry.view
         if view is None:
             return self._fail(conn, DIRECT, 503, "router has no fleet view loaded yet")
@@ -232,23 +281,41 @@ class PDRouter:
             body = json.loads(request.body.decode())
         except ValueError as exc:  # UnicodeDecodeError included
             return self._fail(conn, DIRECT, 400, f"request body is not valid JSON: {exc}")
+        except RecursionError:
+            return self._fail(conn, DIRECT, 400, "request body is not valid JSON: nested too deeply")
         if not isinstance(body, dict):
             return self._fail(conn, DIRECT, 400, "request body must be a JSON object")
         rules = view.policy
-        prompt = policy.prompt_of(body)
+        try:
+            prompt = policy.prompt_of(body)
+            estimate = policy.estimate_prompt_tokens(body, prompt)
+            disaggregate = policy.should_disaggregate(estimate, rules.disaggregate_min_prompt_tokens)
+            hashes = (
+                policy.prefix_block_hashes(prompt, rules.prefix_block_tokens)
+                if disaggregate and rules.prefix_affinity
+                else ()
+            )
+        except (TypeError, ValueError, RecursionError):  # e.g. unhashable blocks of a malformed prompt
+            return self._fail(conn, DIRECT, 400, _BAD_PROMPT)
         request_id = request.request_id or b"%s-%d" % (self._id_prefix, next(self._ids))
-        estimate = policy.estimate_prompt_tokens(body, prompt)
-        if not policy.should_disaggregate(estimate, rules.disaggregate_min_prompt_tokens):
-            return await self._direct(conn, request, request_id, DIRECT)
-        hashes = policy.prefix_block_hashes(prompt, rules.prefix_block_tokens) if rules.prefix_affinity else ()
+        first_byte = failover.first_byte_timeout(
+            rules.first_byte_timeout_seconds,
+            rules.inter_chunk_timeout_seconds,
+            bool(body.get("stream")),
+            requested_tokens(body, request.path),
+        )
+        if not disaggregate:
+            direct_body = handshake.direct_request_body(request.body, body)
+            return await self._direct(conn, request, request_id, DIRECT, direct_body, first_byte)
         prefilled = await self._prefill(conn, request, body, request_id, hashes)
         if prefilled is None:
             return None
         if prefilled is FALLBACK:
-            return await self._direct(conn, request, request_id, FALLBACK)
+            direct_body = handshake.direct_request_body(request.body, body)
+            return await self._direct(conn, request, request_id, FALLBACK, direct_body, first_byte)
         prefill, kv_params = prefilled
         stage2 = handshake.decode_request_body(request.body, body, kv_params)
-        return await self._decode(conn, request, request_id, prefill, stage2)
+        return await self._decode(conn, request, body, request_id, prefill, stage2, first_byte)
 
     async def _prefill(
         self, conn: ClientConnection, request: Request, body: dict[str, Any], request_id: bytes, hashes: tuple[int, ...]
@@ -262,7 +329,15 @@ class PDRouter:
             return policy.choose_prefill(self.registry.prefills, tried, affinity, next(self._tick))
 
         async def attempt(prefill: EndpointState) -> tuple[Outcome, tuple[CollectSink, bytes | None]]:
-            reply = await self._collect(conn, prefill, request.path, request_id, stage1, rules.prefill_timeout_seconds)
+            reply = await self._collect(
+                conn,
+                prefill,
+                request.path,
+                request_id,
+                stage1,
+                rules.prefill_timeout_seconds,
+                rules.first_byte_timeout_seconds,
+            )
             outcome = outcome_of_error(reply.error) if reply.error else outcome_of_status(reply.status)
             kv_params = None
             if outcome is Outcome.OK:
@@ -291,7 +366,14 @@ class PDRouter:
         return FALLBACK
 
     async def _decode(
-        self, conn: ClientConnection, request: Request, request_id: bytes, prefill: EndpointState, stage2: bytes
+        self,
+        conn: ClientConnection,
+        request: Request,
+        body: dict[str, Any],
+        request_id: bytes,
+        prefill: EndpointState,
+        stage2: bytes,
+        first_byte: float,
     ) -> None:
         """Stage 2 with retries on other decodes, then fallback to the direct path."""
         rules = self.registry.view.policy
@@ -301,7 +383,9 @@ class PDRouter:
 
         async def attempt(decode: EndpointState) -> tuple[Outcome, StreamSink]:
             locality = policy.locality_of(prefill, decode)  # the class choose_decode just picked it by
-            sink = await self._stream(conn, decode, request, request_id, stage2, rules.decode_timeout_seconds)
+            sink = await self._stream(
+                conn, decode, request, request_id, stage2, rules.decode_timeout_seconds, first_byte
+            )
             if sink.outcome is Outcome.OK:
                 self.metrics.pairs[locality] += 1
             elif sink.outcome in (Outcome.UPSTREAM_5XX, Outcome.TIMEOUT):
@@ -323,10 +407,20 @@ class PDRouter:
             _, sink, decision = ended
             if decision.action is not Action.FALLBACK:
                 return self._conclude(conn, sink, DISAGGREGATED, decision.action)
-        return await self._direct(conn, request, request_id, FALLBACK)
+        direct_body = handshake.direct_request_body(request.body, body)
+        return await self._direct(conn, request, request_id, FALLBACK, direct_body, first_byte)
 
-    async def _direct(self, conn: ClientConnection, request: Request, request_id: bytes, path_label: str) -> None:
-        """Whole request on one decode instance: short prompts, and the fallback of failed PD attempts."""
+    async def _direct(
+        self,
+        conn: ClientConnection,
+        request: Request,
+        request_id: bytes,
+        path_label: str,
+        direct_body: bytes,
+        first_byte: float,
+    ) -> None:
+        """Whole request on one decode instance: short prompts, and the fallback of failed PD attempts.
+        `direct_body` is the client's request without engine-internal fields."""
         rules = self.registry.view.policy
         if path_label == FALLBACK:
             self.metrics.fallbacks += 1
@@ -335,7 +429,9 @@ class PDRouter:
             return policy.choose_direct_decode(self.registry.decodes, tried, next(self._tick))
 
         async def attempt(decode: EndpointState) -> tuple[Outcome, StreamSink]:
-            sink = await self._stream(conn, decode, request, request_id, request.body, rules.decode_timeout_seconds)
+            sink = await self._stream(
+                conn, decode, request, request_id, direct_body, rules.decode_timeout_seconds, first_byte
+            )
             return sink.outcome, sink
 
         decide = partial(failover.after_decode, max_retries=rules.max_decode_retries, can_fall_back=False)
@@ -387,10 +483,11 @@ class PDRouter:
         request_id: bytes,
         body: bytes,
         timeout: float,
+        first_byte: float,
     ) -> CollectSink:
         """A leg whose whole (small) reply is needed: the prefill stage."""
         sink = CollectSink(self.loop)
-        await self._run_leg(conn, endpoint, path, request_id, body, timeout, sink)
+        await self._run_leg(conn, endpoint, path, request_id, body, timeout, sink, first_byte, 0.0)
         return sink
 
     async def _stream(
@@ -401,10 +498,12 @@ class PDRouter:
         request_id: bytes,
         body: bytes,
         timeout: float,
+        first_byte: float,
     ) -> StreamSink:
         """A leg whose reply goes to the client as it comes: the decode stage and the direct path."""
         sink = StreamSink(conn, self.loop)
-        await self._run_leg(conn, endpoint, request.path, request_id, body, timeout, sink)
+        idle = self.registry.view.policy.inter_chunk_timeout_seconds
+        await self._run_leg(conn, endpoint, request.path, request_id, body, timeout, sink, first_byte, idle)
         return sink
 
     async def _run_leg(
@@ -416,14 +515,21 @@ class PDRouter:
         body: bytes,
         timeout: float,
         sink: CollectSink | StreamSink,
+        first_byte: float,
+        idle: float,
     ) -> None:
+        """One exchange with an endpoint. `timeout` bounds the whole reply, `first_byte` the wait for its first body
+        byte and `idle` any silence once the body started (0: no such bound)."""
         if conn.closed:
             sink.on_failure(UpstreamError(ABORTED, "client disconnected"))
             return
         endpoint.inflight += 1
         try:
             wire = b"%s%s\r\nContent-Length: %d\r\n\r\n%s" % (endpoint.post_head(path), request_id, len(body), body)
-            upstream = endpoint.pool.send_now(wire, sink, timeout) or await endpoint.pool.send(wire, sink, timeout)
+            pool = endpoint.pool
+            upstream = pool.send_now(wire, sink, timeout, first_byte, idle) or await pool.send(
+                wire, sink, timeout, first_byte, idle
+            )
             if upstream is not None:
                 if conn.closed:
                     upstream.abort()
@@ -432,6 +538,13 @@ class PDRouter:
                     if conn.paused:
                         upstream.pause_reading()
             await sink.done
+            if sink.timed_out:
+                self._leg_timed_out(endpoint, sink.timed_out)
         finally:
             conn.upstream = None
             self.registry.leg_done(endpoint)
+
+    def _leg_timed_out(self, endpoint: EndpointState, reason: str) -> None:
+        self.metrics.upstream_timeouts[(endpoint.pool_name, reason)] += 1
+        window = self.registry.view.policy.inter_chunk_timeout_seconds  # bytes this recent: busy, not hung
+        self.registry.leg_timed_out(endpoint, self.loop.time(), window)

@@ -92,17 +92,23 @@ def distribute_replicas(pool_replicas: int, racks_with_capacity: Mapping[str, in
     """Deal `pool_replicas` round-robin over racks in sorted name order, never above a rack's capacity.
 
     Returns rack -> replicas for racks that got at least one; places fewer than asked when capacity runs out.
+    Computed in closed form, O(racks x log(capacity)) whatever the replica count: after `rounds` full rounds of the
+    deal every rack holds min(capacity, rounds); the last, partial round gives one more to the first open racks.
     """
-    capacity = {rack: cap for rack, cap in racks_with_capacity.items() if cap > 0}
-    counts = dict.fromkeys(sorted(capacity), 0)
-    remaining = max(pool_replicas, 0)
-    while remaining > 0:
-        open_racks = [rack for rack in counts if counts[rack] < capacity[rack]]
-        if not open_racks:
-            break
-        for rack in open_racks[:remaining]:
-            counts[rack] += 1
-        remaining -= min(remaining, len(open_racks))
+    capacity = {rack: cap for rack, cap in sorted(racks_with_capacity.items()) if cap > 0}
+    wanted = max(pool_replicas, 0)
+
+    def dealt(rounds: int) -> int:
+        return sum(min(cap, rounds) for cap in capacity.values())
+
+    low, high = 0, max(capacity.values(), default=0)  # the most full rounds with dealt(rounds) <= wanted
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if dealt(middle) <= wanted else (low, middle - 1)
+    counts = {rack: min(cap, low) for rack, cap in capacity.items()}
+    remaining = wanted - dealt(low)
+    for rack in [rack for rack, cap in capacity.items() if cap > low][:remaining]:
+        counts[rack] += 1
     return {rack: count for rack, count in counts.items() if count > 0}
 
 
