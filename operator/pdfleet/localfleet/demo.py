@@ -315,8 +315,8 @@ def _parser() -> argparse.ArgumentParser:
         help="engine pods: the emulator (L4 timing, autoscaled pools) or real vLLM on the CPU (the tiny Llama, one "
         "prefill and one decode, installed by ./dev setup)",
     )
-    p.add_argument("--base-rate", type=float, default=None, help="load at start and end, req/s (1; vllm: 0.5)")
-    p.add_argument("--peak-rate", type=float, default=None, help="load at half time, req/s (8; vllm: 2)")
+    p.add_argument("--base-rate", type=float, default=None, help="load at start and end, req/s (1; vllm: 0.1)")
+    p.add_argument("--peak-rate", type=float, default=None, help="load at half time, req/s (8; vllm: 0.4)")
     p.add_argument("--racks", type=int, default=2)
     p.add_argument("--max-replicas", type=int, default=4, help="per pool")
     p.add_argument("--out", type=Path, default=Path("demo-out"), help="output folder (default ./demo-out)")
@@ -346,8 +346,8 @@ def run_demo(args: argparse.Namespace) -> int:
     """Start the fleet, run the load with the live view, write the outputs; everything stops on the way out."""
     real = args.engine == "vllm"
     racks = [f"rack-{chr(ord('a') + i)}" for i in range(1 if real else args.racks)]
-    base_rate = args.base_rate if args.base_rate is not None else (0.5 if real else 1.0)
-    peak_rate = args.peak_rate if args.peak_rate is not None else (2.0 if real else 8.0)
+    base_rate = args.base_rate if args.base_rate is not None else (0.1 if real else 1.0)
+    peak_rate = args.peak_rate if args.peak_rate is not None else (0.4 if real else 8.0)
     live = sys.stdout.isatty() and not args.plain
     samples: list[Sample] = []
     events: list[str] = []
@@ -373,7 +373,7 @@ def run_demo(args: argparse.Namespace) -> int:
         )
         fleet.wait_serving(NAMESPACE, NAME, timeout=420 if real else 180)  # real vLLM loads in a minute or two
         url = fleet.router_url(NAMESPACE, NAME)
-        trace = demo_trace(args.duration, base_rate, peak_rate, args.seed, prompt_median=200 if real else 600)
+        trace = demo_trace(args.duration, base_rate, peak_rate, args.seed, prompt_median=100 if real else 600)
         sent_per_second = arrivals_per_second(trace, int(args.duration) + 1)
         print(f"serving at {url}; replaying {len(trace)} requests over {args.duration:.0f} s", flush=True)
         worker = threading.Thread(
