@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pdfleet.testing.engine_process import start_engine
 
 SPEEDUP = ["--emulator-speedup", "5"]
-PROMPT = "word " * 400  # 2000 characters = 500 tokens = 31 full KV blocks of 16
+PROMPT = "word " * 400  # 2000 characters = 500 tokens = 32 KV blocks of 16 (31 full, one partial)
 QWEN_KV_BYTES_PER_TOKEN = 2 * 24 * 2 * 64 * 2
 PREFILL_PARAMS = {
     "do_remote_decode": True,
@@ -91,6 +91,7 @@ def test_completions_non_stream_and_stream(both):
         "total_tokens": 6,
         "completion_tokens": 3,
         "prompt_tokens_details": None,
+        "completion_tokens_details": None,
     }
     status, events = stream(
         both.url,
@@ -151,8 +152,11 @@ def test_models_health_version_and_bad_requests(both):
 def test_pd_handshake_pulls_kv_for_real(prefill_a, decode_a):
     params = prefill(prefill_a)
     assert params["do_remote_prefill"] is True and params["do_remote_decode"] is False
-    assert len(params["remote_block_ids"]) == 31 and params["remote_port"] == prefill_a.port
+    # vLLM 0.32's NIXL producer fields: a block list per KV group, every block of the prompt (the partial last one too)
+    assert len(params["remote_block_ids"]) == 1 and len(params["remote_block_ids"][0]) == 32
+    assert params["remote_port"] == prefill_a.port and params["remote_num_tokens"] == 500
     assert params["remote_host"] == "127.0.0.1" and params["remote_rack"] == "rack-a" and params["tp_size"] == 1
+    assert params["transfer_mode"] == "pull" and params["remote_request_id"].startswith("cmpl-")
     assert httpx.get(prefill_a.url + "/internal/state").json()["kv_held_requests"] == 1
     before = metric_samples(decode_a.url)
     status, events = stream(
@@ -168,18 +172,32 @@ def test_pd_handshake_pulls_kv_for_real(prefill_a, decode_a):
         after[("pdfleet_engine_kv_transfer_bytes_total", labels)]
         - before[("pdfleet_engine_kv_transfer_bytes_total", labels)]
     )
-    assert moved == 31 * 16 * QWEN_KV_BYTES_PER_TOKEN
+    assert moved == 500 * QWEN_KV_BYTES_PER_TOKEN
     assert (
         after[("pdfleet_engine_kv_transfer_seconds_count", labels)]
         == before[("pdfleet_engine_kv_transfer_seconds_count", labels)] + 1
     )
-    # the blocks are gone: a second decode with the same params fails before any token
+    nixl = {"model_name": "qwen", "engine": "0"}
+    assert after[("vllm:nixl_xfer_time_seconds_count", frozenset(nixl.items()))] == 1
+    assert after[("vllm:nixl_bytes_transferred_sum", frozenset(nixl.items()))] == moved
+    # the blocks are released: as with vLLM, a second read of them still "succeeds" (NIXL cannot refuse a read), and
+    # the prefill counts a notification for a request it no longer tracks
     again = httpx.post(
         decode_a.url + "/v1/completions",
         timeout=10,
         json={"model": "qwen", "prompt": PROMPT, "max_tokens": 8, "stream": True, "kv_transfer_params": params},
     )
-    assert again.status_code == 500 and "no KV blocks held" in again.json()["error"]["message"]
+    assert again.status_code == 200
+    late = metric_samples(prefill_a.url)[("vllm:nixl_num_notifications_after_expiry_total", frozenset(nixl.items()))]
+    assert late == 1
+    # blocks this prefill never held are refused (the emulator's check; vLLM would read whatever they hold)
+    bogus = {**params, "remote_request_id": "cmpl-never-held-0-00000000"}
+    refused = httpx.post(
+        decode_a.url + "/v1/completions",
+        timeout=10,
+        json={"model": "qwen", "prompt": PROMPT, "max_tokens": 8, "kv_transfer_params": bogus},
+    )
+    assert refused.status_code == 500 and "no KV blocks held" in refused.json()["error"]["message"]
 
 
 def test_cross_rack_pull_is_labelled_cross_rack(prefill_a):

@@ -67,10 +67,30 @@ def test_emulator_args_and_env_defaults(monkeypatch):
     assert (s.speedup, s.rack, s.advertise_host) == (20.0, "r1", "h")
 
 
+def test_kv_lease_from_kv_connector_extra_config():
+    assert parse_serve_args(["m", *kv("kv_producer")]).kv_hold_ttl_s == 30.0  # vLLM 0.32's kv_lease_duration
+    lease = json.dumps(
+        {
+            "kv_connector": "NixlConnector",
+            "kv_role": "kv_producer",
+            "kv_connector_extra_config": {"kv_lease_duration": 7},
+        }
+    )
+    s = parse_serve_args(["m", "--kv-transfer-config", lease])
+    assert s.kv_hold_ttl_s == 7.0 and s.kv_connector_extra_config == {"kv_lease_duration": 7} and s.nixl
+    assert parse_serve_args(["m", "--kv-transfer-config", lease, "--emulator-kv-ttl", "2"]).kv_hold_ttl_s == 2
+    assert not parse_serve_args(["m"]).nixl
+
+
 @pytest.mark.parametrize(
     "argv",
     [
         [],
+        [
+            "m",
+            "--kv-transfer-config",
+            '{"kv_role": "kv_producer", "kv_connector_extra_config": {"kv_lease_duration": 0}}',
+        ],
         ["m", "--emulator-gpu", "TPU"],
         ["m", "--emulator-speedup", "0"],
         ["m", "--emulator-speedup", "2", "--emulator-zero-delay"],
@@ -87,16 +107,22 @@ def test_kv_pool_allocation_holds_and_expiry():
     pool = KvBlockPool(capacity_blocks=10, block_size=16)
     assert pool.try_allocate(8) and not pool.try_allocate(3) and pool.usage == 0.8
     pool.free(8)
-    assert pool.hold("short", 15, now=0.0, ttl_s=5) == []  # less than one full block: nothing to pull
+    expired = []
+    pool = KvBlockPool(capacity_blocks=10, block_size=16, on_expire=expired.append)
+    # as vLLM 0.32's NIXL producer: every block the prompt occupies, the partial last one included
+    assert pool.hold("short", 15, now=0.0, ttl_s=5) == [1]
     ids = pool.hold("r1", 40, now=0.0, ttl_s=5)
-    assert ids == [1, 2] and pool.used_blocks == 2 and pool.held_requests == 1
-    assert pool.take("r1", [1, 3]) is None  # wrong ids
+    assert ids == [2, 3, 4] and pool.used_blocks == 4 and pool.held_requests == 2
+    assert pool.take("r1", [2, 3]) is None  # wrong ids
     held = pool.take("r1", ids)
-    assert held is not None and held.num_tokens == 32 and pool.used_blocks == 0
-    assert pool.take("r1", ids) is None  # already taken
+    assert held is not None and held.num_tokens == 40 and pool.used_blocks == 1
+    assert pool.take("r1", ids) is None  # already taken ...
+    assert pool.released("r1", ids) == held and pool.released("r1", [2]) is None  # ... but remembered
+    assert pool.expire(5.0) == 1 and expired == [1] and pool.released("short", [1]) is not None
     pool.hold("r2", 16, now=0.0, ttl_s=5)
     pool.hold("r3", 16, now=1.0, ttl_s=5)
-    assert pool.expire(5.5) == 1 and pool.held_requests == 1 and pool.used_blocks == 1
+    assert pool.expire(5.5) == 1 and pool.held_requests == 1 and pool.used_blocks == 1 and expired == [1, 1]
+    assert pool.released("never", [1]) is None
 
 
 def test_faults_update_and_consume():

@@ -28,12 +28,22 @@ def test_completion_stream_body_chunks_usage_and_done():
     chunks = [json.loads(e) for e in events[:-1]]
     assert [c["choices"][0]["text"] for c in chunks[:2]] == ["alpha ", "bravo "]
     first, last, usage = chunks
-    assert first == {
+    assert first == {  # vLLM 0.32's completion chunk, field for field
         "id": "cmpl-1",
         "object": "text_completion",
         "created": 7,
         "model": "m",
-        "choices": [{"index": 0, "text": "alpha ", "logprobs": None, "finish_reason": None, "stop_reason": None}],
+        "choices": [
+            {
+                "index": 0,
+                "text": "alpha ",
+                "logprobs": None,
+                "finish_reason": None,
+                "stop_reason": None,
+                "prompt_token_ids": None,
+                "token_ids": None,
+            }
+        ],
     }
     assert last["choices"][0]["finish_reason"] == "length"
     assert usage["choices"] == [] and usage["usage"] == {
@@ -41,6 +51,7 @@ def test_completion_stream_body_chunks_usage_and_done():
         "total_tokens": 14,
         "completion_tokens": 2,
     }
+    assert "system_fingerprint" in usage
 
 
 def test_chat_stream_body_role_chunk_then_deltas_without_usage():
@@ -50,12 +61,14 @@ def test_chat_stream_body_role_chunk_then_deltas_without_usage():
     role, content = json.loads(role), json.loads(content)
     assert role["object"] == "chat.completion.chunk"
     assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert role["prompt_token_ids"] is None and role["prompt_text"] is None
     assert content["choices"][0] == {
         "index": 0,
         "delta": {"content": "alpha "},
         "logprobs": None,
         "finish_reason": "stop",
         "stop_reason": None,
+        "token_ids": None,
     }
     middle = protocol.stream_chunk("chat", "c", 1, "m", "x")
     assert "stop_reason" not in middle["choices"][0]  # vLLM sets it on the final chunk only
@@ -71,12 +84,35 @@ def test_full_responses_carry_usage_and_kv_transfer_params():
         "total_tokens": 11,
         "completion_tokens": 1,
         "prompt_tokens_details": None,
+        "completion_tokens_details": None,
     }
     assert completion["kv_transfer_params"] == params
-    chat = protocol.full_response("chat", "chatcmpl-1", 1, "m", "hi", "stop", None, 3, 1)
-    assert chat["object"] == "chat.completion"
+    assert list(completion) == [  # vLLM 0.32's CompletionResponse keys, in its order
+        "id",
+        "object",
+        "created",
+        "model",
+        "choices",
+        "service_tier",
+        "system_fingerprint",
+        "usage",
+        "kv_transfer_params",
+        "ec_transfer_params",
+        "metrics",
+    ]
+    chat = protocol.full_response("chat", "chatcmpl-1", 1, "m", "hi", "stop", None, 3, 1, None, "vllm-0.32.0-abc")
+    assert chat["object"] == "chat.completion" and chat["system_fingerprint"] == "vllm-0.32.0-abc"
     assert chat["choices"][0]["message"]["role"] == "assistant" and chat["choices"][0]["message"]["content"] == "hi"
-    assert chat["kv_transfer_params"] is None
+    assert set(chat["choices"][0]["message"]) == {
+        "role",
+        "content",
+        "refusal",
+        "annotations",
+        "audio",
+        "function_call",
+        "reasoning",
+    }
+    assert chat["kv_transfer_params"] is None and chat["prompt_token_ids"] is None
 
 
 def test_error_and_models_bodies():

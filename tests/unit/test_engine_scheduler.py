@@ -89,7 +89,8 @@ async def test_remote_kv_skips_prefill_and_hold_keeps_blocks():
     held = seq(sched, "p", prompt=100, out=1, hold_kv=True)
     await run_all(sched, [pulled, held])
     assert pulled.first_token_at - pulled.arrival < prefill_time(HW, 8000) / 4
-    assert held.held_block_ids == [1, 2, 3, 4, 5, 6] and sched.pool.used_blocks == 6
+    # 100 tokens in blocks of 16: 6 full blocks and the partial 7th, all offered (vLLM 0.32's NIXL producer)
+    assert held.held_block_ids == [1, 2, 3, 4, 5, 6, 7] and sched.pool.used_blocks == 7
 
 
 async def test_abort_frees_blocks():
@@ -101,6 +102,7 @@ async def test_abort_frees_blocks():
         await asyncio.wait_for(s.read(), 5)
         sched.abort(s)
         assert s.done and s.aborted and sched.pool.used_blocks == 0
-        assert metrics.success["abort"]._value.get() == 1
+        # as vLLM 0.32: a client's abort is not counted among finished requests
+        assert metrics.success["abort"]._value.get() == 0 and metrics.e2e._sum.get() == 0
     finally:
         task.cancel()

@@ -39,9 +39,7 @@ def main(argv: list[str]) -> int:
         uvloop.install()
     except ImportError:
         pass
-    import prometheus_client
-
-    prometheus_client.disable_created_metrics()  # vLLM exports no *_created series
+    # prometheus_client's *_created series stay on: vLLM 0.32 exports them too (one per counter and histogram)
 
     async def run() -> None:
         stop = asyncio.Event()

@@ -17,6 +17,7 @@ from pdfleet.perfmodel.vllm_args import add_vllm_serve_arguments
 
 ROLE_BY_KV_ROLE = {"kv_producer": "prefill", "kv_consumer": "decode", "kv_both": "both"}
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+KV_LEASE_DURATION_S = 30.0  # vLLM 0.32 NixlConnector kv_connector_extra_config.kv_lease_duration default
 
 
 @dataclass
@@ -29,6 +30,7 @@ class EngineSettings:
     port: int = 8000
     role: str = "both"  # prefill | decode | both
     kv_connector: str | None = None
+    kv_connector_extra_config: dict = field(default_factory=dict)
     engine_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     kv_cache_dtype: str = "auto"
     max_num_seqs: int = 256
@@ -46,7 +48,7 @@ class EngineSettings:
     zero_delay: bool = False
     rack: str = ""
     natural_output_tokens: int = 256
-    kv_hold_ttl_s: float = 480.0
+    kv_hold_ttl_s: float = KV_LEASE_DURATION_S
     advertise_host: str = "127.0.0.1"
     faults: Faults = field(default_factory=Faults)
     ignored_args: list[str] = field(default_factory=list)
@@ -55,6 +57,11 @@ class EngineSettings:
     def served_model_name(self) -> str:
         """The name reported in responses and metrics (the first served name)."""
         return self.served_model_names[0]
+
+    @property
+    def nixl(self) -> bool:
+        """Started with a NIXL kv connector (NixlConnector and its Pull/Push variants): exports vllm:nixl_*."""
+        return "nixl" in (self.kv_connector or "").lower()
 
 
 def _parser(exit_on_error: bool = True) -> argparse.ArgumentParser:
@@ -94,8 +101,8 @@ def _parser(exit_on_error: bool = True) -> argparse.ArgumentParser:
     emu.add_argument(
         "--emulator-kv-ttl",
         type=float,
-        default=480.0,
-        help="seconds a prefill keeps KV blocks for a pull (VLLM_NIXL_ABORT_REQUEST_TIMEOUT)",
+        help="seconds a prefill keeps KV blocks for a pull (default: the kv-transfer-config's "
+        f"kv_connector_extra_config.kv_lease_duration, else {KV_LEASE_DURATION_S:g} as vLLM 0.32)",
     )
     emu.add_argument(
         "--emulator-advertise-host",
@@ -133,6 +140,14 @@ def parse_serve_args(argv: list[str]) -> EngineSettings:
     kv_role = kv_config.get("kv_role")
     if kv_role not in (None, *ROLE_BY_KV_ROLE):
         parser.error(f"unknown kv_role {kv_role!r}")
+    extra_config = kv_config.get("kv_connector_extra_config") or {}
+    if not isinstance(extra_config, dict):
+        parser.error("kv_connector_extra_config must be a JSON object")
+    kv_ttl = args.emulator_kv_ttl
+    if kv_ttl is None:
+        kv_ttl = extra_config.get("kv_lease_duration", KV_LEASE_DURATION_S)
+        if isinstance(kv_ttl, bool) or not isinstance(kv_ttl, (int, float)) or kv_ttl <= 0:
+            parser.error("kv_connector_extra_config.kv_lease_duration must be a positive number")
     try:
         model_preset = (
             presets.model_preset(args.emulator_model) if args.emulator_model else presets.guess_model_preset(model)
@@ -165,6 +180,7 @@ def parse_serve_args(argv: list[str]) -> EngineSettings:
         port=args.port,
         role=ROLE_BY_KV_ROLE.get(kv_role, "both"),
         kv_connector=kv_config.get("kv_connector"),
+        kv_connector_extra_config=extra_config,
         kv_cache_dtype=args.kv_cache_dtype,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
@@ -181,7 +197,7 @@ def parse_serve_args(argv: list[str]) -> EngineSettings:
         zero_delay=args.emulator_zero_delay,
         rack=args.rack,
         natural_output_tokens=args.emulator_output_len,
-        kv_hold_ttl_s=args.emulator_kv_ttl,
+        kv_hold_ttl_s=float(kv_ttl),
         advertise_host=_advertise_host(args.emulator_advertise_host, args.host),
         faults=faults,
         ignored_args=unknown,

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
+
+RELEASED_MEMORY = 4096  # holds remembered after release, to tell a late pull of released blocks from a bogus one
 
 
 @dataclass(frozen=True)
@@ -19,12 +22,14 @@ class KvHold:
 class KvBlockPool:
     """Counts KV blocks; not thread-safe (one event loop owns it)."""
 
-    def __init__(self, capacity_blocks: int, block_size: int) -> None:
+    def __init__(self, capacity_blocks: int, block_size: int, on_expire: Callable[[int], None] | None = None) -> None:
         self.capacity_blocks = capacity_blocks
         self.block_size = block_size
         self.used_blocks = 0
         self._holds: OrderedDict[str, KvHold] = OrderedDict()
+        self._released: OrderedDict[str, KvHold] = OrderedDict()
         self._next_block_id = 1
+        self._on_expire = on_expire
 
     @property
     def usage(self) -> float:
@@ -48,21 +53,21 @@ class KvBlockPool:
         self.used_blocks = max(0, self.used_blocks - blocks)
 
     def hold(self, request_id: str, num_tokens: int, now: float, ttl_s: float) -> list[int]:
-        """Keep the full blocks of `num_tokens` prompt tokens for a pull; returns their ids (empty: nothing to pull).
+        """Keep the blocks of `num_tokens` prompt tokens for a pull (the lease); returns their ids.
 
-        Like vLLM's NIXL producer, a partial last block is not sent: the decode side recomputes those tokens.
+        Like vLLM 0.32's NIXL producer, every block the prompt occupies is offered, the partial last one included.
         The blocks count as used even beyond capacity (they were already allocated by the finished request).
         """
         stale = self._holds.pop(request_id, None)  # a reused request id replaces its older hold
         if stale:
             self.free(len(stale.block_ids))
-        count = num_tokens // self.block_size
-        if count == 0:
+        count = -(-num_tokens // self.block_size)
+        if count <= 0:
             return []
         ids = list(range(self._next_block_id, self._next_block_id + count))
         self._next_block_id += count
         self.used_blocks += count
-        self._holds[request_id] = KvHold(request_id, ids, count * self.block_size, now + ttl_s)
+        self._holds[request_id] = KvHold(request_id, ids, num_tokens, now + ttl_s)
         return ids
 
     def take(self, request_id: str, block_ids: list[int]) -> KvHold | None:
@@ -72,7 +77,18 @@ class KvBlockPool:
             return None
         del self._holds[request_id]
         self.free(len(held.block_ids))
+        self._remember(held)
         return held
+
+    def released(self, request_id: str, block_ids: list[int]) -> KvHold | None:
+        """The hold these ids belonged to if it was released (pulled or expired) not long ago, else None."""
+        held = self._released.get(request_id)
+        return held if held is not None and list(block_ids) == held.block_ids else None
+
+    def _remember(self, held: KvHold) -> None:
+        self._released[held.request_id] = held
+        while len(self._released) > RELEASED_MEMORY:
+            self._released.popitem(last=False)
 
     def expire(self, now: float) -> int:
         """Free holds whose TTL ran out (holds are kept in expiry order); returns how many."""
@@ -83,7 +99,10 @@ class KvBlockPool:
                 break
             self._holds.popitem(last=False)
             self.free(len(first.block_ids))
+            self._remember(first)
             expired += 1
+        if expired and self._on_expire:
+            self._on_expire(expired)
         return expired
 
     @property

@@ -108,7 +108,7 @@ class Scheduler:
         self._wake.set()
 
     def abort(self, seq: Sequence) -> None:
-        """Drop a request whose client went away."""
+        """Drop a request whose client went away (no finish metrics, as vLLM)."""
         if seq.done:
             return
         if seq in self.waiting:
@@ -239,6 +239,10 @@ class Scheduler:
                 seq.request_id, seq.prompt_tokens, now, self.kv_hold_ttl_s / self.speedup
             )
         decode_s = now - seq.first_token_at if seq.first_token_at is not None else 0.0
-        self.metrics.finished(reason, now - seq.arrival, decode_s, seq.generated)
+        if not seq.aborted:
+            # a client's abort is not a finished request in vLLM 0.32: its output processor drops the request's state
+            # before any finish stats, so neither vllm:request_success_total{finished_reason="abort"} nor the e2e
+            # histogram counts it (engine-initiated aborts would, and the emulator has none)
+            self.metrics.finished(reason, now - seq.arrival, decode_s, seq.generated)
         seq.ready.set()
         self.wake()

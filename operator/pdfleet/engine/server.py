@@ -66,6 +66,22 @@ class GenerationRequest:
     stream: bool
     include_usage: bool
     kv_transfer_params: dict
+    internal_id: str = ""  # the engine's own id (vLLM: the response id plus a random suffix); names held KV blocks
+
+
+def flat_block_ids(groups: Any) -> list[int]:
+    """remote_block_ids as one list: vLLM 0.32 sends a list per KV cache group (`[[1, 2]]`); a flat list is accepted.
+
+    Raises TypeError for anything but a list of ints or of lists of ints."""
+    if not isinstance(groups, list):
+        raise TypeError("remote_block_ids must be a list")
+    flat: list[int] = []
+    for item in groups:
+        items = item if isinstance(item, list) else [item]
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
+            raise TypeError("remote_block_ids must hold block ids (ints)")
+        flat.extend(items)
+    return flat
 
 
 def error_response(status: int, message: str, error_type: str) -> web.Response:
@@ -108,11 +124,12 @@ class EngineServer:
         self.faults = settings.faults
         self.hw, capacity_blocks, self.max_model_len = engine_limits(settings)
         self.kv_bytes_per_token = kv_bytes_per_token(self.hw.model, settings.kv_cache_dtype)
-        self.pool = KvBlockPool(capacity_blocks, settings.block_size)
-        self.metrics = EngineMetrics(settings.served_model_name)
+        self.metrics = EngineMetrics(settings.served_model_name, nixl=settings.nixl)
+        self.pool = KvBlockPool(capacity_blocks, settings.block_size, on_expire=self.metrics.kv_expired)
         self.intra_rack = presets.interconnect_preset(settings.intra_rack_link)
         self.cross_rack = presets.interconnect_preset(settings.cross_rack_link)
         self.created = int(time.time())
+        self.fingerprint = protocol.system_fingerprint(VLLM_VERSION, uuid.uuid4().hex)
         self.scheduler: Scheduler | None = None
         self.inflight = 0
         self._session: aiohttp.ClientSession | None = None
@@ -237,7 +254,7 @@ class EngineServer:
         """Prefill side of a pull: hand over the held blocks' metadata and byte count, and free them."""
         try:
             body = await request.json()
-            request_id, block_ids = body["remote_request_id"], list(body["remote_block_ids"])
+            request_id, block_ids = body["remote_request_id"], flat_block_ids(body["remote_block_ids"])
         except (ValueError, KeyError, TypeError) as exc:
             return error_response(400, f"bad KV pull request: {exc}", "BadRequestError")
         if self.faults.take_kv_source_failure():
@@ -249,6 +266,16 @@ class EngineServer:
             )
         self.pool.expire(self._now())
         held = self.pool.take(request_id, block_ids)
+        if held is None and (held := self.pool.released(request_id, block_ids)) is not None:
+            # vLLM's NIXL producer cannot refuse a read: the decode reads the blocks whatever they hold now, and the
+            # prefill only learns of it from the completion notification ("Potentially invalid KV blocks for
+            # unrecognized request ... They may have expired."), counted in vllm:nixl_num_notifications_after_expiry
+            log.error(
+                "Potentially invalid KV blocks for unrecognized request %s were retrieved by a decode worker. "
+                "They may have expired.",
+                request_id,
+            )
+            self.metrics.kv_read_after_expiry()
         if held is None:
             return error_response(
                 404, f"no KV blocks held for request {request_id} with the given block ids", "NotFoundError"
@@ -271,7 +298,10 @@ class EngineServer:
 
     async def _pull_kv(self, params: dict, request_id: str) -> int:
         """Decode side: pull the KV a prefill holds for this request; returns the number of prompt tokens received."""
-        block_ids = params.get("remote_block_ids") or []
+        try:
+            block_ids = flat_block_ids(params.get("remote_block_ids") or [])
+        except (TypeError, ValueError) as exc:
+            raise KvPullError("unknown_blocks", f"bad remote_block_ids: {exc}") from exc
         if not block_ids:
             return 0
         if self.faults.take_kv_pull_failure():
@@ -283,7 +313,7 @@ class EngineServer:
         body = {
             "remote_request_id": params.get("remote_request_id"),
             "remote_engine_id": params.get("remote_engine_id"),
-            "remote_block_ids": block_ids,
+            "remote_block_ids": [block_ids],
             "request_id": request_id,
             "puller_engine_id": self.settings.engine_id,
             "puller_rack": self.settings.rack,
@@ -298,6 +328,7 @@ class EngineServer:
                 timeout=aiohttp.ClientTimeout(total=KV_PULL_TIMEOUT_S),
             ) as resp:
                 status, answer = resp.status, await resp.json(content_type=None)
+            posted = self._now()
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
             raise KvPullError("unreachable", f"prefill {host}:{port} unreachable: {exc!r}") from exc
         if status != 200:
@@ -310,20 +341,28 @@ class EngineServer:
             link = transfer_link(src_rack, self.settings.rack, self.intra_rack, self.cross_rack)
             nics = min(int(answer.get("tp_size", 1)), self.settings.tensor_parallel_size)
             await asyncio.sleep(kv_transfer_time(num_bytes, link, nics) * self.faults.slowdown / self.settings.speedup)
-        self.metrics.kv_transfer(self._now() - start, num_bytes, same_rack)
+        # one descriptor per layer for a contiguous run of blocks (what vLLM's NIXL reader posts for its layout)
+        self.metrics.kv_transfer(self._now() - start, num_bytes, same_rack, posted - start, self.hw.model.layers)
         return int(answer["num_tokens"])
 
-    def _kv_params_out(self, request_id: str, block_ids: list[int]) -> dict:
-        """kv_transfer_params a prefill returns for the decode side (NIXL producer fields, plus our remote_rack)."""
+    def _kv_params_out(self, internal_id: str, block_ids: list[int], num_tokens: int) -> dict:
+        """kv_transfer_params a prefill returns for the decode side: vLLM 0.32's NixlConnector (pull mode) fields, in
+        its order, plus our `remote_rack`. remote_port is this server's HTTP port (the emulator's side channel)."""
         return {
             "do_remote_prefill": True,
             "do_remote_decode": False,
-            "remote_block_ids": block_ids,
+            "remote_block_ids": [block_ids],  # one list per KV cache group; a plain decoder has one group
             "remote_engine_id": self.settings.engine_id,
-            "remote_request_id": request_id,
+            "remote_request_id": internal_id,
             "remote_host": self.settings.advertise_host,
             "remote_port": self.settings.port,
             "tp_size": self.settings.tensor_parallel_size,
+            "dcp_size": 1,
+            "pp_size": 1,
+            "remote_num_tokens": num_tokens if block_ids else 0,
+            "remote_blocks_expiry_time": None,
+            "transfer_mode": "pull",
+            "remote_prefill_cached_tokens": 0,
             "remote_rack": self.settings.rack,
         }
 
@@ -389,9 +428,13 @@ class EngineServer:
         if not isinstance(kv_params, dict):
             raise RequestError(400, "kv_transfer_params must be an object", "BadRequestError")
         prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
+        request_id = prefix + (header_id or uuid.uuid4().hex[:16])
+        # vLLM's internal request id: completions add the prompt index, both a random suffix (so a reused
+        # X-Request-Id never names another request's KV blocks)
+        internal_id = f"{request_id}{'' if kind == 'chat' else '-0'}-{uuid.uuid4().hex[:8]}"
         return GenerationRequest(
             kind,
-            prefix + (header_id or uuid.uuid4().hex),
+            request_id,
             model,
             prompt,
             output,
@@ -399,6 +442,7 @@ class EngineServer:
             stream,
             stream and bool(stream_options.get("include_usage")),
             kv_params,
+            internal_id,
         )
 
     async def _generate(self, kind: str, request: web.Request) -> web.StreamResponse:
@@ -452,7 +496,7 @@ class EngineServer:
     ) -> web.StreamResponse:
         assert self.scheduler is not None
         seq = Sequence(
-            req.request_id,
+            req.internal_id,
             req.prompt_tokens,
             req.output_tokens,
             req.finish_reason,
@@ -476,7 +520,7 @@ class EngineServer:
         held: list[int] = []
         self.pool.expire(arrival)
         if req.kv_transfer_params.get("do_remote_decode"):
-            held = self.pool.hold(req.request_id, req.prompt_tokens, arrival, self.settings.kv_hold_ttl_s)
+            held = self.pool.hold(req.internal_id, req.prompt_tokens, arrival, self.settings.kv_hold_ttl_s)
         now = self._now()
         self.metrics.first_token(now - arrival, 0.0, req.prompt_tokens)
         self.metrics.generation_tokens.inc(req.output_tokens - 1)
@@ -514,7 +558,7 @@ class EngineServer:
         if produced < req.output_tokens:
             return error_response(500, "request aborted", "InternalServerError")
         kv_out = (
-            self._kv_params_out(req.request_id, held_block_ids())
+            self._kv_params_out(req.internal_id, held_block_ids(), req.prompt_tokens)
             if req.kv_transfer_params.get("do_remote_decode")
             else None
         )
@@ -530,6 +574,7 @@ class EngineServer:
                 req.prompt_tokens,
                 produced,
                 kv_out,
+                self.fingerprint,
             )
         )
 
@@ -567,7 +612,13 @@ class EngineServer:
                     chunks.append(
                         protocol.sse_event(
                             protocol.usage_chunk(
-                                req.kind, req.request_id, self.created, req.model, req.prompt_tokens, produced
+                                req.kind,
+                                req.request_id,
+                                self.created,
+                                req.model,
+                                req.prompt_tokens,
+                                produced,
+                                self.fingerprint,
                             )
                         )
                     )
@@ -583,7 +634,9 @@ async def serve(
 ) -> None:
     """Run the emulator until `stop` is set (or forever)."""
     server = EngineServer(settings)
-    runner = web.AppRunner(server.app, access_log=None, handle_signals=False)
+    # handler_cancellation: a client that disconnects cancels its handler, so its request is aborted in the engine
+    # (streamed or not), as vLLM's server does
+    runner = web.AppRunner(server.app, access_log=None, handle_signals=False, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, backlog=4096, reuse_address=True)
     await site.start()

@@ -1,7 +1,11 @@
-"""Start and stop emulator processes on 127.0.0.1 for tests, benchmarks and demos.
+"""Start and stop emulator processes for tests, benchmarks and demos (on 127.0.0.1 unless told another address).
 
 with start_engine("prefill", rack="rack-a") as prefill, start_engine("decode", rack="rack-a") as decode:
     httpx.post(prefill.url + "/v1/completions", ...)
+
+`free_loopback_host()` picks a 127.x address nothing listens on, so an engine can have an address of its own (its
+`remote_host` in kv_transfer_params then names it, not a shared 127.0.0.1); `pdfleet.testing.vllm_process` starts real
+vLLM engines behind the same interface (url, host, port, log(), stop(), kill()).
 """
 
 from __future__ import annotations
@@ -14,13 +18,45 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pdfleet.localfleet.processes import free_port, stop_process
 
 KV_ROLE_BY_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer", "both": "kv_both"}
 DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 HEALTH_POLL_S = 0.05
+TEST_LOOPBACK_PREFIX = "127.1.9."  # addresses for test engines, one each; Linux answers all of 127.0.0.0/8 on lo
+_TCP_LISTEN = "0A"
+
+
+def listening_hosts() -> set[str]:
+    """IPv4 addresses with a listening TCP socket on this machine (from /proc/net/tcp; empty where that is missing)."""
+    hosts = set()
+    try:
+        with open("/proc/net/tcp", encoding="ascii") as handle:
+            next(handle, None)
+            for line in handle:
+                fields = line.split()
+                if len(fields) > 3 and fields[3] == _TCP_LISTEN:
+                    address = fields[1].split(":")[0]  # little-endian hex, e.g. 0109017F = 127.1.9.1
+                    hosts.add(".".join(str(int(address[i : i + 2], 16)) for i in (6, 4, 2, 0)))
+    except OSError:
+        pass
+    return hosts
+
+
+def free_loopback_host(prefix: str = TEST_LOOPBACK_PREFIX, taken: Sequence[str] = ()) -> str:
+    """A loopback address `prefix`N (N in 2..254) that nothing listens on and that is not in `taken`.
+
+    Two engines on distinct addresses never share a port space, so each can use the same ports (vLLM's NIXL side
+    channel defaults to 5600) and advertise an address that is really its own. Raises RuntimeError if all are busy.
+    """
+    busy = listening_hosts() | set(taken)  # a wildcard (0.0.0.0) listener holds a port, not an address: free_port's job
+    for last in range(2, 255):
+        host = f"{prefix}{last}"
+        if host not in busy:
+            return host
+    raise RuntimeError(f"no free loopback address under {prefix}*")
 
 
 class EngineProcess:
@@ -84,11 +120,15 @@ def engine_command(
     model: str = DEFAULT_MODEL,
     served_model_name: str | None = None,
     extra_args: Sequence[str] = (),
+    kv_extra_config: Mapping[str, object] | None = None,
 ) -> list[str]:
-    """The `python -m pdfleet engine serve ...` command line for one instance."""
+    """The `python -m pdfleet engine serve ...` command line for one instance (`kv_extra_config`: the
+    kv-transfer-config's kv_connector_extra_config, e.g. {"kv_lease_duration": 10})."""
     if role not in KV_ROLE_BY_ROLE:
         raise ValueError(f"role must be one of {', '.join(KV_ROLE_BY_ROLE)}")
-    kv_config = {"kv_connector": "NixlConnector", "kv_role": KV_ROLE_BY_ROLE[role]}
+    kv_config: dict[str, object] = {"kv_connector": "NixlConnector", "kv_role": KV_ROLE_BY_ROLE[role]}
+    if kv_extra_config:
+        kv_config["kv_connector_extra_config"] = dict(kv_extra_config)
     cmd = [
         sys.executable,
         "-m",
@@ -121,12 +161,20 @@ def start_engine(
     host: str = "127.0.0.1",
     env: dict[str, str] | None = None,
     startup_timeout: float = 20.0,
+    kv_extra_config: Mapping[str, object] | None = None,
 ) -> EngineProcess:
     """Start one emulator process and wait until /health answers 200; raises RuntimeError (with its log) otherwise."""
     port = port or free_port(host)
     fd, log_path = tempfile.mkstemp(prefix=f"pdfleet-engine-{role}-{port}-", suffix=".log")
     cmd = engine_command(
-        role, port, host=host, rack=rack, model=model, served_model_name=served_model_name, extra_args=extra_args
+        role,
+        port,
+        host=host,
+        rack=rack,
+        model=model,
+        served_model_name=served_model_name,
+        extra_args=extra_args,
+        kv_extra_config=kv_extra_config,
     )
     with os.fdopen(fd, "wb") as log_file:
         proc = subprocess.Popen(
