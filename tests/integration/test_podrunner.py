@@ -1,4 +1,4 @@
-"""The local pod runner on the real control plane: it runs pods as processes on 127.1.x.y, reports them, restarts
+"""The local pod runner on the real control plane: it runs pods as processes on 127.b.x.y, reports them, restarts
 crashed ones, refreshes configMap volumes, and finishes deleted pods. Pods are bound to a tainted node of their own
 (spec.nodeName), so other tests' pods never land on it."""
 
@@ -102,7 +102,7 @@ def test_engine_pod_runs_the_emulator_reports_ready_restarts_and_goes_away(
     core.create_namespaced_pod(namespace, engine_pod("engine-0"))
     pod = wait_until(lambda: ready(core, namespace, "engine-0"), 30, "engine pod Ready")
     ip = pod["status"]["podIP"]
-    assert ip.startswith("127.1.") and pod["status"]["phase"] == "Running"
+    assert ip.startswith(f"127.{1 + runner.address_block}.") and pod["status"]["phase"] == "Running"
     state = httpx.get(f"http://{ip}:{ENGINE_PORT}/internal/state", trust_env=False, timeout=5).json()
     assert state["role"] == "prefill" and state["rack"] == "rack-z"
     reply = httpx.post(
