@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 
 from pdfleet.localfleet import real_vllm
 from pdfleet.localfleet.processes import free_ports, stop_process
-from pdfleet.testing.engine_process import KV_ROLE_BY_ROLE, free_loopback_host
+from pdfleet.testing.engine_process import KV_ROLE_BY_ROLE, EngineProcess, free_loopback_host
 
 HEALTH_POLL_S = 0.5
 STARTUP_TIMEOUT_S = 240.0
@@ -36,7 +36,7 @@ LOG_TAIL_CHARS = 6000
 _DROPPED_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")
 
 
-class VllmProcess:
+class VllmProcess(EngineProcess):
     """A running real vLLM server (a process group); a context manager that stops it on exit."""
 
     def __init__(
@@ -51,36 +51,9 @@ class VllmProcess:
         served_model_name: str,
         rack: str = "",
     ) -> None:
-        self.proc = proc
-        self.host = host
-        self.port = port
-        self.role = role
-        self.rack = rack
-        self.log_path = log_path
+        super().__init__(proc, host, port, role, rack, log_path)
         self.side_channel_port = side_channel_port
         self.served_model_name = served_model_name
-
-    @property
-    def url(self) -> str:
-        """Base URL, e.g. http://127.1.9.2:41234."""
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        """Process id of the API server (the leader of the engine's process group)."""
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        """True while the API server runs."""
-        return self.proc.poll() is None
-
-    def log(self) -> str:
-        """Everything the engine's processes wrote to stdout/stderr so far."""
-        try:
-            with open(self.log_path, encoding="utf-8", errors="replace") as handle:
-                return handle.read()
-        except FileNotFoundError:
-            return ""
 
     def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
         """The last `chars` characters of the log."""
@@ -104,12 +77,6 @@ class VllmProcess:
         self._kill_group()
         if os.path.exists(self.log_path):
             os.unlink(self.log_path)
-
-    def __enter__(self) -> VllmProcess:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.stop()
 
 
 def kv_transfer_config(role: str, extra_config: Mapping[str, object] | None = None) -> dict[str, object]:
