@@ -198,38 +198,7 @@ def test_operator_reconciles_with_only_the_chart_rbac(
     custom, apps = client.CustomObjectsApi(kube), client.AppsV1Api(kube)
     body = pdd_body("rbac-check", pdd_spec(prefill={"replicas": 1}, decode={"replicas": 1}))
     with OperatorProcess(kubeconfig, extra_env={"PDFLEET_RESYNC_SECONDS": "2"}) as operator:
-        custom.create_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL, body)
-        selector = "app.kubernetes.io/instance=rbac-check"
-        wait_until(
-            lambda: len(apps.list_namespaced_stateful_set(ns, label_selector=selector).items) >= 2,
-            30,
-            f"cell StatefulSets (log: {operator.log_path})",
-        )
-        wait_until(
-            lambda: (
-                custom.get_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL, "rbac-check").get("status")
-                or {}
-            ).get("observedGeneration"),
-            30,
-            "status written",
-        )
-        wait_until(
-            lambda: operator.metric_sum('pdfleet_operator_reconciles_total{result="ok"}') >= 2, 30, "a second reconcile"
-        )
-        custom.delete_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL, "rbac-check")
-        wait_until(
-            lambda: (
-                not custom.list_namespaced_custom_object(
-                    API_GROUP, API_VERSION, ns, PLURAL, field_selector="metadata.name=rbac-check"
-                )["items"]
-            ),
-            30,
-            "finalizer removed by the operator",
-        )
-        assert operator.metric_sum('pdfleet_operator_reconciles_total{result="error"}') == 0, operator.log_tail()
-        log = operator.log_path.read_text(errors="replace")
-    denied = [line for line in log.splitlines() if any(word in line for word in DENIED)]
-    assert not denied, "\n".join(denied)
+        reconcile_lifecycle_without_denials(operator, custom, apps, ns, body)
 
 
 def allowed(kube: Any, account: str, namespace: str | None, verb: str, group: str, resource: str) -> bool:
@@ -280,43 +249,45 @@ def test_namespaced_install_grants_writes_per_watched_namespace_and_the_operator
         body = pdd_body("rbac-ns", pdd_spec(prefill={"replicas": 1}, decode={"replicas": 1}))
         operator = OperatorProcess(kubeconfig, {"PDFLEET_RESYNC_SECONDS": "2"}, args=[f"--namespace={watched}"])
         with operator:
-            custom.create_namespaced_custom_object(API_GROUP, API_VERSION, watched, PLURAL, body)
-            selector = "app.kubernetes.io/instance=rbac-ns"
-            wait_until(
-                lambda: len(apps.list_namespaced_stateful_set(watched, label_selector=selector).items) >= 2,
-                30,
-                f"cell StatefulSets (log: {operator.log_path})",
-            )
-            wait_until(
-                lambda: (
-                    custom.get_namespaced_custom_object(API_GROUP, API_VERSION, watched, PLURAL, "rbac-ns").get(
-                        "status"
-                    )
-                    or {}
-                ).get("observedGeneration"),
-                30,
-                "status written",
-            )
-            wait_until(
-                lambda: operator.metric_sum('pdfleet_operator_reconciles_total{result="ok"}') >= 2,
-                30,
-                "a second reconcile",
-            )
-            custom.delete_namespaced_custom_object(API_GROUP, API_VERSION, watched, PLURAL, "rbac-ns")
-            wait_until(
-                lambda: (
-                    not custom.list_namespaced_custom_object(
-                        API_GROUP, API_VERSION, watched, PLURAL, field_selector="metadata.name=rbac-ns"
-                    )["items"]
-                ),
-                30,
-                "finalizer removed by the operator",
-            )
-            assert operator.metric_sum('pdfleet_operator_reconciles_total{result="error"}') == 0, operator.log_tail()
-            log = operator.log_path.read_text(errors="replace")
-        denied = [line for line in log.splitlines() if any(word in line for word in DENIED)]
-        assert not denied, "\n".join(denied)
+            reconcile_lifecycle_without_denials(operator, custom, apps, watched, body)
     finally:
         render.run_helm(HELM, "uninstall", name, "--namespace", home, *kubeconfig_flag)
         for namespace in (home, watched, other):
             control_plane.delete_namespace(namespace)
+
+
+def reconcile_lifecycle_without_denials(operator: Any, custom: Any, apps: Any, namespace: str, body: dict) -> None:
+    """Create `body`, see its cells and status, a second reconcile, then delete it and see the finalizer go: no
+    reconcile error and no denied API call in the operator's log."""
+    name = body["metadata"]["name"]
+    custom.create_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, body)
+    selector = f"app.kubernetes.io/instance={name}"
+    wait_until(
+        lambda: len(apps.list_namespaced_stateful_set(namespace, label_selector=selector).items) >= 2,
+        30,
+        f"cell StatefulSets (log: {operator.log_path})",
+    )
+    wait_until(
+        lambda: (
+            custom.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, name).get("status") or {}
+        ).get("observedGeneration"),
+        30,
+        "status written",
+    )
+    wait_until(
+        lambda: operator.metric_sum('pdfleet_operator_reconciles_total{result="ok"}') >= 2, 30, "a second reconcile"
+    )
+    custom.delete_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, name)
+    wait_until(
+        lambda: (
+            not custom.list_namespaced_custom_object(
+                API_GROUP, API_VERSION, namespace, PLURAL, field_selector=f"metadata.name={name}"
+            )["items"]
+        ),
+        30,
+        "finalizer removed by the operator",
+    )
+    assert operator.metric_sum('pdfleet_operator_reconciles_total{result="error"}') == 0, operator.log_tail()
+    log = operator.log_path.read_text(errors="replace")
+    denied = [line for line in log.splitlines() if any(word in line for word in DENIED)]
+    assert not denied, "\n".join(denied)
