@@ -603,11 +603,15 @@ class LocalControlPlane:
         )
 
     def delete_namespace(self, name: str) -> None:
-        """Delete a namespace without waiting; its pods go first with grace 0, as no kubelet would confirm them."""
+        """Delete a namespace without waiting, then its pods with grace 0, as no kubelet would confirm them.
+
+        In that order: a terminating namespace admits no new pod, so no controller can replace one that would then
+        wait forever for a kubelet, holding its node's GPUs from every later test.
+        """
         core = self._core()
         try:
-            core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
             core.delete_namespace(name)
+            core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
         except ApiException as error:
             if error.status != 404:
                 raise
