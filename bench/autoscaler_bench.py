@@ -26,6 +26,7 @@ from pdfleet import API_GROUP, API_VERSION, PLURAL
 from pdfleet.autoscale.promql import Signal, fleet_queries
 from pdfleet.localfleet.controlplane import LocalControlPlane, wait_until
 from pdfleet.localfleet.operator_process import OperatorProcess, install_crd
+from pdfleet.localfleet.processes import termination_as_interrupt
 from pdfleet.localfleet.prometheus import ScrapeTarget, start_prometheus
 from pdfleet.testing.builders import fleet_spec, pdd_body
 from pdfleet.testing.engine_process import start_engine
@@ -182,4 +183,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    with termination_as_interrupt():  # SIGTERM stops the engines too, as Ctrl-C does
+        raise SystemExit(main())

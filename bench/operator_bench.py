@@ -21,6 +21,7 @@ from kubernetes import client
 from pdfleet import API_GROUP, API_VERSION, PLURAL
 from pdfleet.localfleet.controlplane import LocalControlPlane, wait_until
 from pdfleet.localfleet.operator_process import OperatorProcess, install_crd
+from pdfleet.localfleet.processes import termination_as_interrupt
 from pdfleet.testing.builders import H100, fleet_spec, pdd_body
 
 
@@ -38,7 +39,7 @@ def main() -> int:
     parser.add_argument("--objects", type=int, default=20)
     args = parser.parse_args()
 
-    with LocalControlPlane() as plane:
+    with termination_as_interrupt(), LocalControlPlane() as plane:  # SIGTERM too stops the control plane and operator
         plane.standard_fleet_nodes(racks=("rack-a", "rack-b"), nodes_per_rack=4, gpus=8)
         api = plane.api_client()
         install_crd(api)

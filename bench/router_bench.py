@@ -2,10 +2,13 @@
 
 Everything runs on loopback inside a fresh network namespace (`unshare -n`) when available, so the peer routers can
 make no outbound connection. The peers are pip-installed into bench/.peers-venv on first use (before entering the
-namespace). Metrics per router: req/s and router CPU µs per request (non-streaming), chunks/s and CPU µs per streamed
-chunk (256-token streams), p99 time to first chunk; ratios are against sglang-router.
+namespace). Every process it starts is stopped on the way out (normal end, error, Ctrl-C, SIGTERM, SIGHUP), each
+with its whole process group, and the bench fails if one of them still runs. Metrics per router: req/s and router CPU
+µs per request (non-streaming), chunks/s and CPU µs per streamed chunk (256-token streams), p99 time to first chunk;
+ratios are against sglang-router.
 
     .venv/bin/python bench/router_bench.py [--requests 2000] [--streams 300] [--routers ours,sglang,vllm]
+    .venv/bin/python bench/router_bench.py --quick     (a smoke run: few requests, same steps)
     .venv/bin/python bench/router_bench.py --loadgen URL ...   (internal: the load generator process)
 """
 
@@ -16,6 +19,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +31,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "operator"))
 
-from pdfleet.localfleet.processes import stop_process  # noqa: E402
+from pdfleet.localfleet.controlplane import die_with_parent_hook  # noqa: E402
+from pdfleet.localfleet.processes import (  # noqa: E402
+    interrupts_deferred,
+    running_process_groups,
+    stop_process,
+    termination_as_interrupt,
+)
 from pdfleet.testing.engine_process import EngineProcess, start_engine  # noqa: E402
 
 PEERS_VENV = REPO / "bench" / ".peers-venv"
@@ -40,6 +50,8 @@ RACKS = ("rack-a", "rack-b")
 # ~300 tokens by the router's 4-chars-per-token estimate: above disaggregateMinPromptTokens, so every router does PD
 SHARED_PREFIX = "You are a helpful assistant. " * 45
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+PEER_STOP_GRACE_S = 10.0  # a router's graceful shutdown; then SIGKILL to its whole group
+INNER_STOP_GRACE_S = 90.0  # the bench inside the namespace stopping its routers and engines
 
 
 # ---------------------------------------------------------------------------------------------------- load generator
@@ -168,27 +180,47 @@ def tree_cpu_seconds(pid: int) -> float:
 
 @dataclass
 class Proc:
-    """A started process and its log."""
+    """A started process (leader of its own process group) and its log."""
 
     name: str
     popen: subprocess.Popen
     log: Path
 
-    def stop(self) -> None:
-        stop_process(self.popen, grace_s=10, group=True, reap_s=5)
+    def stop(self, grace_s: float = PEER_STOP_GRACE_S) -> None:
+        """SIGTERM the whole group, SIGKILL what still runs after `grace_s`; a second signal cannot cut it short."""
+        with interrupts_deferred():
+            stop_process(self.popen, grace_s=grace_s, group=True, reap_s=5)
+
+
+STARTED: list[Proc] = []  # every process `start` made, so `reap_all` finds them whatever path the bench took
 
 
 def start(name: str, argv: list[str], workdir: Path, env: dict[str, str] | None = None) -> Proc:
+    """Start `argv` in its own process group (SIGTERM to it when the bench dies without cleaning up)."""
     log = workdir / f"{name}.log"
-    popen = subprocess.Popen(
-        argv,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        env={**os.environ, **(env or {})},
-        cwd=workdir,
-    )
-    return Proc(name, popen, log)
+    with log.open("wb") as log_file:
+        popen = subprocess.Popen(
+            argv,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent_hook(),
+            env={**os.environ, **(env or {})},
+            cwd=workdir,
+        )
+    proc = Proc(name, popen, log)
+    STARTED.append(proc)
+    return proc
+
+
+def reap_all(grace_s: float = PEER_STOP_GRACE_S) -> list[str]:
+    """Stop every started process group still running; the names of any that survive that (should be none)."""
+    for proc in STARTED:
+        if proc.popen.poll() is None or proc.popen.pid in running_process_groups():
+            proc.stop(grace_s)
+    running = running_process_groups()
+    return [proc.name for proc in STARTED if proc.popen.pid in running]
 
 
 def http_status(url: str, body: bytes | None = None, timeout: float = 5.0) -> int:
@@ -424,29 +456,59 @@ def main(argv: list[str]) -> int:
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--no-netns", action="store_true", help="run on the host loopback (peers may try the network)")
     p.add_argument("--json", help="also write results here")
+    p.add_argument(
+        "--quick", action="store_true", help="a smoke run: 200 requests, 30 streams, 20 warm-up requests per router"
+    )
     args = p.parse_args(argv)
+    if args.quick:
+        args.requests, args.streams, args.warmup = 200, 30, 20
     routers = args.routers.split(",")
     if os.environ.get(NETNS_MARK) is None:
         if any(r != "ours" for r in routers):
             ensure_peers()
         if not args.no_netns and shutil.which("unshare") and shutil.which("ip"):
-            inner = f"ip link set lo up && exec {sys.executable} {__file__} " + " ".join(map(_quote, argv))
-            return subprocess.call(["unshare", "-n", "sh", "-c", inner], env={**os.environ, NETNS_MARK: "1"})
+            return run_in_netns(argv)
         print("warning: no network namespace; peers run with HF_HUB_OFFLINE=1 only", file=sys.stderr)
     workdir = Path(tempfile.mkdtemp(prefix="pdfleet-router-bench-"))
     engines: list[EngineProcess] = []
     t0 = time.monotonic()
+    results: list[Result] = []
     try:
-        engines = start_engines()
-        results = [bench_router(kind, args, workdir, i) for i, kind in enumerate(routers)]
+        with termination_as_interrupt():
+            engines = start_engines()
+            results = [bench_router(kind, args, workdir, i) for i, kind in enumerate(routers)]
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
     finally:
-        for e in engines:
-            e.stop()
+        with interrupts_deferred():
+            for e in engines:
+                e.stop()
+            survivors = reap_all()
+        if survivors:
+            print(f"error: processes of {', '.join(survivors)} still run after the bench", file=sys.stderr)
+    if len(results) < len(routers):
+        return 130
     print_table(results)
-    print(f"bench took {time.monotonic() - t0:.0f}s; logs in {workdir}")
+    reaped = "" if survivors else "; no process it started still runs"
+    print(f"bench took {time.monotonic() - t0:.0f}s; logs in {workdir}{reaped}")
     if args.json:
         Path(args.json).write_text(json.dumps([r.__dict__ for r in results], indent=2))
-    return 0 if all(r.errors == 0 and not r.notes for r in results) else 1
+    return 0 if all(r.errors == 0 and not r.notes for r in results) and not survivors else 1
+
+
+def run_in_netns(argv: list[str]) -> int:
+    """Re-run this bench inside `unshare -n` (only loopback) and wait for it; SIGTERM/SIGHUP are passed on to it."""
+    inner_cmd = f"ip link set lo up && exec {sys.executable} {__file__} " + " ".join(map(_quote, argv))
+    inner = subprocess.Popen(["unshare", "-n", "sh", "-c", inner_cmd], env={**os.environ, NETNS_MARK: "1"})
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the inner bench itself (same tty group)
+    try:
+        with termination_as_interrupt():
+            return inner.wait()
+    except KeyboardInterrupt:
+        stop_process(inner, grace_s=INNER_STOP_GRACE_S)  # the inner bench reaps what it started on SIGTERM
+        return 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _quote(word: str) -> str:

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Regenerate everything the chart and manifests/ derive from code, or check that nothing drifted (`--check`).
 
-1. charts/pdfleet/crds/: the PDDeployment CRD copied from crds/ (its single source, generated from the pydantic model).
-2. charts/pdfleet/dashboards/*.json, files/alert-rules.yaml, files/rbac-rules.yaml: from pdfleet.chart.
+1. charts/pdfleet/crds/: the PDDeployment CRD copied from crds/ (its single source, generated from the pydantic model),
+   and Kopf's peering CRDs.
+2. charts/pdfleet/dashboards/*.json, files/alert-rules.yaml, files/rbac-rules.yaml: from pdfleet.chart;
+   values.schema.json and README.md: from values.yaml.
 3. manifests/*.yaml: `helm template` of the chart with default values, split by kind group and prefixed with the
    Namespace, so `kubectl apply -f manifests/` installs what `helm install` with defaults installs.
 

@@ -1,5 +1,6 @@
 """Contract: the /metrics series the autoscaler (pdfleet.autoscale.promql.ENGINE_METRICS), the dashboards and the
-alert rules query: exact names, types, labels and vLLM 0.32's histogram buckets; vLLM's NIXL series after a transfer."""
+alert rules query (the KV transfer dashboard's vllm:nixl_* included): exact names, types, labels and vLLM 0.32's
+histogram buckets; vLLM's NIXL series after a transfer."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import json
 import re
 from dataclasses import fields
 
-import pytest
 from contract_support import (
     ENGINE_FAMILIES,
     FINISHED_REASONS,
@@ -24,8 +24,7 @@ from pdfleet.autoscale.promql import ENGINE_METRICS
 from pdfleet.chart import alerts, dashboards
 from pdfleet.router import handshake
 
-_VLLM_NAME = re.compile(r"vllm:[a-z0-9_]+")
-_ENGINE_OWN_NAME = re.compile(r"pdfleet_engine_[a-z0-9_]+")
+_VLLM_NAME = re.compile(r"vllm(?::|\[:_\])([a-z0-9_]+)")  # vllm:x, or the autoscaler's matcher vllm[:_]x
 _SUFFIXES = ("_bucket", "_count", "_sum")
 
 
@@ -38,7 +37,7 @@ def queried_vllm_samples() -> set[str]:
     """Every vllm: sample name the autoscaler, the dashboards and the alerts select (e.g. `..._bucket`)."""
     names = {getattr(ENGINE_METRICS["vllm"], f.name) for f in fields(ENGINE_METRICS["vllm"])}
     for expr in chart_queries():
-        names |= set(_VLLM_NAME.findall(expr))
+        names |= {"vllm:" + name for name in _VLLM_NAME.findall(expr)}
     return names
 
 
@@ -62,27 +61,21 @@ def test_engine_series_names_types_labels_and_buckets(pair: Pair) -> None:
 
 def test_every_vllm_series_the_autoscaler_dashboards_and_alerts_query_exists(pair: Pair) -> None:
     queried = queried_vllm_samples()
-    assert {"vllm:time_to_first_token_seconds_bucket", "vllm:num_requests_waiting"} <= queried  # the scan works
+    scan_works = {
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:num_requests_waiting",
+        "vllm:nixl_bytes_transferred_sum",
+    }
+    assert scan_works <= queried
+    contract = ENGINE_FAMILIES | NIXL_FAMILIES
     for engine in pair.engines:
         metrics = scrape(engine)
         for sample in sorted(queried):
             family = family_of(sample)
-            assert family in ENGINE_FAMILIES, f"{sample} is queried but not in this suite's contract: add it"
-            if sample == family and ENGINE_FAMILIES[family][0] == "histogram":
+            assert family in contract, f"{sample} is queried but not in this suite's contract: add it"
+            if sample == family and contract[family][0] == "histogram":
                 sample += "_count"  # a histogram named by its family (ENGINE_METRICS): its series exist
             assert metrics.has(sample), f"{engine.role}: {sample} is queried but not exported"
-
-
-def test_every_engine_series_the_dashboards_query_exists(pair: Pair) -> None:
-    """The KV transfer dashboard reads the emulator's own pdfleet_engine_kv_transfer_* series; real vLLM exports
-    vllm:nixl_* instead, so that dashboard stays empty on vLLM (reported, not hidden: xfail for vLLM)."""
-    names = {family_of(n) for expr in chart_queries() for n in _ENGINE_OWN_NAME.findall(expr)}
-    metrics = scrape(pair.decode)
-    exported = {family_of(sample) for sample, _ in metrics.samples}
-    missing = sorted(names - exported)
-    if missing and pair.impl == "vllm":
-        pytest.xfail(f"dashboards query series vLLM does not export: {', '.join(missing)}")
-    assert not missing
 
 
 def test_nixl_series_after_a_transfer(pair: Pair) -> None:

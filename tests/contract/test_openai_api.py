@@ -132,3 +132,14 @@ def test_chat_stream_matches_non_stream(pair: Pair, include_usage: bool) -> None
     assert reasons == [None] * (len(content) - 1) + ["length"]
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in content)
     assert text == whole["choices"][0]["message"]["content"]
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", None])
+def test_a_body_that_is_not_declared_json_is_rejected(pair: Pair, content_type: str | None) -> None:
+    headers = {"Content-Type": content_type} if content_type else {}
+    body = httpx.Request("POST", "/", json=completion_body(pair, "typed?")).content
+    response = httpx.post(pair.decode.url + "/v1/completions", content=body, headers=headers, timeout=REQUEST_TIMEOUT_S)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "Bad Request" and error["code"] == 400
+    assert "application/json" in error["message"]

@@ -135,7 +135,7 @@ def test_helm_install_creates_the_operator_objects(release: dict[str, str], kube
     dashboards = core.list_namespaced_config_map(ns, label_selector="grafana_dashboard=1").items
     assert len(dashboards) == 5
     custom = client.CustomObjectsApi(kube)
-    assert custom.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", "pdfleet")  # the hook ran
+    assert custom.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", "pdfleet")  # a release object
     assert custom.get_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL, "sample")
     for _, plural in MONITORING_KINDS:
         assert custom.list_namespaced_custom_object("monitoring.coreos.com", "v1", ns, plural)["items"]
@@ -153,6 +153,8 @@ def test_every_rendered_object_passes_server_side_validation(
         "--namespace",
         release["namespace"],
         *EVERYTHING_ON,
+        "--api-versions",
+        "monitoring.coreos.com/v1",
         "--set",
         "operator.watchNamespaces={default}",
     )

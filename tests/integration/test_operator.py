@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from pdfleet import API_GROUP, API_VERSION, PLURAL, POOLS
 from pdfleet.cluster.kube import KubeClient
 from pdfleet.localfleet.controlplane import RACK_LABEL, LocalControlPlane, cache_bin_dir, wait_until
+from pdfleet.localfleet.operator_process import install_crd
 from pdfleet.testing import builders
 
 
@@ -103,6 +104,12 @@ def eventually(check: Callable[[], Any], what: str, timeout: float = 45.0) -> An
     return wait_until(check, timeout, what)
 
 
+def kubectl(control_plane: LocalControlPlane, *args: str) -> subprocess.CompletedProcess:
+    """Run the kubectl binary against the test control plane."""
+    command = [str(cache_bin_dir() / "kubectl"), "--kubeconfig", str(control_plane.kubeconfig), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=30)
+
+
 @pytest.fixture
 def fleet(pdfleet_operator: Any, kube: Any, namespace: str) -> Fleet:
     return Fleet(kube, namespace, "llama")
@@ -170,23 +177,18 @@ def test_apply_renders_rack_cells_that_the_scheduler_places_on_their_racks(
     status = fleet.get()["status"]
     assert status["prefill"]["summary"] == "2/2" and status["decode"]["summary"] == "2/2"
     assert status["observedGeneration"] == fleet.get()["metadata"]["generation"]
-    table = subprocess.run(
-        [
-            str(cache_bin_dir() / "kubectl"),
-            "--kubeconfig",
-            str(control_plane.kubeconfig),
-            "get",
-            "pdd",
-            "-n",
-            fleet.namespace,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    table = kubectl(control_plane, "get", "pdd", "-n", fleet.namespace)
     header, row = table.stdout.splitlines()[:2]
-    assert header.split()[:4] == ["NAME", "PREFILL", "DECODE", "READY"], table.stdout
-    assert row.split()[:4] == ["llama", "2/2", "2/2", "True"], table.stdout
+    assert header.split()[:6] == ["NAME", "PREFILL", "DECODE", "READY", "REASON", "SLA"], table.stdout
+    assert row.split()[:6] == ["llama", "2/2", "2/2", "True", "FleetReady", "NotMeasured"], table.stdout
+    wide = kubectl(control_plane, "get", "pdd", "-n", fleet.namespace, "-o", "wide")
+    header, row = wide.stdout.splitlines()[:2]
+    assert header.split()[-2:] == ["MODEL", "ROUTER"], wide.stdout
+    assert row.split()[-2:] == ["llama-8b", f"http://llama-router.{fleet.namespace}.svc:8080"], wide.stdout
+    explained = kubectl(control_plane, "explain", "pdd.status.decode")
+    assert explained.returncode == 0 and "selector" in explained.stdout and "readyReplicas" in explained.stdout, (
+        explained.stdout + explained.stderr
+    )
 
 
 def _steady(fleet: Fleet, prefill: int = 2, decode: int = 2) -> None:
@@ -281,6 +283,48 @@ def test_pods_that_cannot_schedule_are_explained(fleet: Fleet, control_plane: Lo
         lambda: (c := fleet.condition("Ready")) and c["reason"] == "Unschedulable" and c, "Ready=False Unschedulable"
     )
     assert "nvidia.com/gpu" in ready["message"]
+    progressing = eventually(
+        lambda: (c := fleet.condition("Progressing")) and c["reason"] == "Unschedulable" and c,
+        "Progressing=False Unschedulable",
+    )
+    assert progressing["status"] == "False"
+    status = fleet.get()["status"]
+    assert status["prefill"]["summary"] == "0/1" and status["decode"]["summary"] == "0/1", status
+
+
+def test_new_fleet_with_an_invalid_spec_says_nothing_was_created(fleet: Fleet):
+    spec = fleet_spec(1, 1)
+    spec["prefill"]["autoscaling"] = {"enabled": True, "minReplicas": 5, "maxReplicas": 2}
+    fleet.create(spec)
+    degraded = eventually(
+        lambda: (c := fleet.condition("Degraded")) and c["reason"] == "SpecRejected" and c, "Degraded SpecRejected"
+    )
+    assert "nothing was created" in degraded["message"] and "last valid spec" not in degraded["message"]
+    assert fleet.condition("Ready")["reason"] == "InvalidSpec"
+    assert fleet.get()["status"]["prefill"]["summary"] == "0/1"
+    assert fleet.statefulsets() == []
+
+
+def test_kubectl_scale_drives_the_decode_pool(fleet: Fleet, control_plane: LocalControlPlane):
+    _steady(fleet, 1, 1)
+    scaled = kubectl(control_plane, "scale", "pdd", fleet.name, "-n", fleet.namespace, "--replicas=3")
+    assert scaled.returncode == 0, scaled.stderr
+    assert fleet.get()["spec"]["decode"]["replicas"] == 3
+    eventually(lambda: sum(s.spec.replicas for s in fleet.statefulsets("decode")) == 3, "decode scaled to 3")
+    assert sum(s.spec.replicas for s in fleet.statefulsets("prefill")) == 1
+    # What an HPA reads: the scale subresource's replicas and the decode pods' selector.
+    scale = fleet.custom.get_namespaced_custom_object_scale(API_GROUP, API_VERSION, fleet.namespace, PLURAL, fleet.name)
+    assert scale["spec"]["replicas"] == 3
+    selector = eventually(lambda: scale_selector(fleet), "the scale subresource's selector")
+    decode_pods = {p.metadata.name for p in fleet.pods(**{"pdfleet.dev/pool": "decode"})}
+    assert {
+        p.metadata.name for p in fleet.core.list_namespaced_pod(fleet.namespace, label_selector=selector).items
+    } == (decode_pods)
+
+
+def scale_selector(fleet: Fleet) -> str:
+    scale = fleet.custom.get_namespaced_custom_object_scale(API_GROUP, API_VERSION, fleet.namespace, PLURAL, fleet.name)
+    return (scale.get("status") or {}).get("selector", "")
 
 
 def test_delete_cascades_to_every_child(fleet: Fleet):
@@ -294,3 +338,29 @@ def test_delete_cascades_to_every_child(fleet: Fleet):
         "children garbage-collected",
         timeout=60,
     )
+
+
+def test_deleting_the_crd_with_fleets_finishes_and_the_operator_serves_it_again(
+    fleet: Fleet, kube: Any, pdfleet_operator: Any
+):
+    # What `kubectl delete -f manifests/` does: the CRD goes while fleets exist. No finalizer holds them.
+    fleet.create(fleet_spec(1, 1))
+    eventually(lambda: len(fleet.statefulsets()) == 2, "cells")
+    assert not fleet.get()["metadata"].get("finalizers")
+    extensions = client.ApiextensionsV1Api(kube)
+    crd_name = f"{PLURAL}.{API_GROUP}"
+    started = time.monotonic()
+    extensions.delete_custom_resource_definition(crd_name)
+    try:
+        eventually(
+            lambda: crd_name not in {c.metadata.name for c in extensions.list_custom_resource_definition().items},
+            "the CRD removed",
+            timeout=60,
+        )
+        print(f"CRD with a fleet deleted in {time.monotonic() - started:.1f} s")
+    finally:
+        install_crd(kube)
+    # The operator picks the reinstalled CRD up again (later tests share it).
+    after = Fleet(kube, fleet.namespace, "after")
+    after.create(fleet_spec(1, 1))
+    eventually(lambda: len(after.statefulsets()) == 2, "cells of a fleet created after the reinstall", timeout=90)

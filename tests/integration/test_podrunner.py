@@ -167,13 +167,21 @@ def test_router_pod_reads_its_configmap_volume_and_sees_updates(
                         "8080",
                         "--admin-port",
                         "8081",
+                        "--admin-token-file",
+                        "/var/run/admin/token",
                     ],
                     "ports": [{"name": "http", "containerPort": 8080}, {"name": "admin", "containerPort": 8081}],
                     "readinessProbe": {"httpGet": {"path": "/health", "port": "admin"}, "periodSeconds": 1},
-                    "volumeMounts": [{"name": "fleet", "mountPath": "/etc/pdfleet", "readOnly": True}],
+                    "volumeMounts": [
+                        {"name": "fleet", "mountPath": "/etc/pdfleet", "readOnly": True},
+                        {"name": "admin", "mountPath": "/var/run/admin", "readOnly": True},
+                    ],
                 }
             ],
-            "volumes": [{"name": "fleet", "configMap": {"name": "router-fleet"}}],
+            "volumes": [
+                {"name": "fleet", "configMap": {"name": "router-fleet"}},
+                {"name": "admin", "secret": {"secretName": "router-admin"}},
+            ],
         },
     }
     core.create_namespaced_pod(namespace, pod)
@@ -181,10 +189,13 @@ def test_router_pod_reads_its_configmap_volume_and_sees_updates(
     wait_until(lambda: runner.find(namespace, "router-0"), 10, "router pod admitted")
     assert runner.find(namespace, "router-0").process is None
     core.create_namespaced_config_map(namespace, {"metadata": {"name": "router-fleet"}, "data": fleet(1)})
+    assert runner.find(namespace, "router-0").process is None  # nor one whose secret volume does not
+    core.create_namespaced_secret(namespace, {"metadata": {"name": "router-admin"}, "stringData": {"token": "t0ken"}})
     ip = wait_until(lambda: ready(core, namespace, "router-0"), 30, "router Ready")["status"]["podIP"]
 
     def generation() -> int:
-        reply = httpx.get(f"http://{ip}:8081/admin/fleet", trust_env=False, timeout=5)
+        auth = {"Authorization": "Bearer t0ken"}  # the token from the secret volume
+        reply = httpx.get(f"http://{ip}:8081/admin/fleet", headers=auth, trust_env=False, timeout=5)
         return reply.json()["generation"] if reply.status_code == 200 else -1
 
     assert wait_until(lambda: generation() == 1, 10, "fleet view 1")

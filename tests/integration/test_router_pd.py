@@ -75,7 +75,10 @@ class Router(RouterProcess):
         return out
 
     def endpoints(self) -> dict[str, dict]:
-        return {e["name"]: e for e in httpx.get(self.admin + "/admin/endpoints").json()["endpoints"]}
+        return {
+            e["name"]: e
+            for e in httpx.get(self.admin + "/admin/endpoints", headers=self.admin_headers).json()["endpoints"]
+        }
 
     def stop(self) -> str:
         log = super().stop()
@@ -328,20 +331,35 @@ async def test_fleet_change_keeps_inflight_streams(router: Router, fleet: dict[s
         assert engine_count(fleet["d-a"], "vllm:e2e_request_latency_seconds_count") - before_a <= 6
         assert set(router.endpoints()) == {"p-a", "d-b"}
         # the admin API swaps views too
-        resp = httpx.put(router.admin + "/admin/fleet", json=full_view(fleet, generation=3))
-        assert resp.status_code == 200 and httpx.get(router.admin + "/admin/fleet").json()["generation"] == 3
-        assert httpx.put(router.admin + "/admin/fleet", content=b"{bad").status_code == 400
+        resp = httpx.put(
+            router.admin + "/admin/fleet", json=full_view(fleet, generation=3), headers=router.admin_headers
+        )
+        assert (
+            resp.status_code == 200
+            and httpx.get(router.admin + "/admin/fleet", headers=router.admin_headers).json()["generation"] == 3
+        )
+        assert (
+            httpx.put(router.admin + "/admin/fleet", content=b"{bad", headers=router.admin_headers).status_code == 400
+        )
         # a pushed view is not replaced by an older one, pushed or from the file the kubelet syncs later
         assert (
-            httpx.put(router.admin + "/admin/fleet", json={**full_view(fleet, generation=3), "revision": 5}).status_code
+            httpx.put(
+                router.admin + "/admin/fleet",
+                json={**full_view(fleet, generation=3), "revision": 5},
+                headers=router.admin_headers,
+            ).status_code
             == 200
         )
-        stale = httpx.put(router.admin + "/admin/fleet", json={**full_view(fleet, generation=3), "revision": 4})
+        stale = httpx.put(
+            router.admin + "/admin/fleet",
+            json={**full_view(fleet, generation=3), "revision": 4},
+            headers=router.admin_headers,
+        )
         assert stale.status_code == 409 and "older" in stale.json()["error"]["message"]
         reloads = router.metrics()["pdfleet_router_fleet_reloads_total"]
         router.write_fleet({**full_view(fleet, generation=3), "revision": 4})
         time.sleep(1.5)  # the file watcher polls every second
-        assert httpx.get(router.admin + "/admin/fleet").json()["revision"] == 5
+        assert httpx.get(router.admin + "/admin/fleet", headers=router.admin_headers).json()["revision"] == 5
         assert router.metrics()["pdfleet_router_fleet_reloads_total"] == reloads
     finally:
         for d in ("d-a", "d-b"):

@@ -185,15 +185,17 @@ def test_capacity_demand_includes_the_waiting_backlog():
 def test_capacity_is_learned_only_while_the_pool_is_saturated():
     config = prefill_config()
     u = LEARNED_CAPACITY_UTILIZATION
-    learned = learn_capacity(config, reading(ttft_p=0.45, prompt_tps=9000), 2, None)  # latency at target
+    learned = learn_capacity(config, reading(ttft_p=0.45, prompt_tps=9000), 2, None, 0.9)  # latency at target
     assert learned == pytest.approx(4500 * u)
-    again = learn_capacity(config, reading(ttft_p=2.0, prompt_tps=11_000), 2, learned)  # over target
+    again = learn_capacity(config, reading(ttft_p=2.0, prompt_tps=11_000), 2, learned, 4.0)  # over target
     assert again == pytest.approx(0.7 * 4500 * u + 0.3 * 5500 * u)
-    queueing = learn_capacity(config, reading(ttft_p=0.1, queue_total=8.0, prompt_tps=10_000), 2, None)
+    queueing = learn_capacity(config, reading(ttft_p=0.1, queue_total=8.0, prompt_tps=10_000), 2, None, 0.2)
     assert queueing == pytest.approx(5000 * u)  # 4 waiting per replica: the queue's own target
     # a pool at 80 % of its latency target with a short queue is not saturated: its throughput is only its load
-    assert learn_capacity(config, reading(ttft_p=0.4, queue_total=2.0, prompt_tps=3000), 2, None) is None
-    assert learn_capacity(config, reading(ttft_p=1.0, prompt_tps=9000), 3, None) is None  # one replica not reporting
+    assert learn_capacity(config, reading(ttft_p=0.4, queue_total=2.0, prompt_tps=3000), 2, None, 0.8) is None
+    assert learn_capacity(config, reading(ttft_p=1.0, prompt_tps=9000), 3, None, 2.0) is None  # one not reporting
+    # a latency over an unattainable target (no ratio above the floor) is no saturation
+    assert learn_capacity(config, reading(ttft_p=2.0, prompt_tps=9000), 2, None, None) is None
 
 
 def test_a_learned_capacity_sizes_the_pool_in_the_same_interval():

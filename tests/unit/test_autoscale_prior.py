@@ -95,12 +95,14 @@ def test_no_prior_without_request_rate():
 
 
 def test_learned_capacity_replaces_the_prior():
-    saturated = reading(ttft_p=0.6, prompt_tps=4_000.0, request_rate=4.0)
+    # busy enough (34 % of the modelled throughput) for a TTFT over target to be queueing, not the prompts' own tail
+    saturated = reading(ttft_p=0.6, prompt_tps=20_000.0, request_rate=20.0)
     decision, state = decide_pool(config(), 2, saturated, PoolScalerState(), NOW)
-    learned = 4_000.0 / 2 * LEARNED_CAPACITY_UTILIZATION
+    learned = 20_000.0 / 2 * LEARNED_CAPACITY_UTILIZATION
     assert state.learned_capacity_tps == pytest.approx(learned)
     assert decision.signals["capacity_tps_per_replica"] == pytest.approx(learned)
-    later, _ = decide_pool(config(), 2, reading(), state, NOW + 15)
+    # a lighter load teaches nothing (a heavier one with latency headroom would raise it: test_autoscale_floor)
+    later, _ = decide_pool(config(), 2, reading(prompt_tps=2_000.0, request_rate=2.0), state, NOW + 15)
     assert later.signals["capacity_tps_per_replica"] == pytest.approx(learned)
 
 

@@ -145,3 +145,22 @@ def test_default_scale_down_window_waits_before_draining():
     assert first.status["drain"] is None
     later = step(s, idle, now=T0 + 301, states=first.states)
     assert later.status["drain"] is not None
+
+
+def test_an_unattainable_ttft_target_warns_once_and_adds_no_replica():
+    scaling = {"enabled": True, "minReplicas": 1, "maxReplicas": 8, "capacityTokensPerSecond": 15_000}
+    long_prompts = parse_spec(
+        fleet_spec(2, 2, gpu_product="NVIDIA-H100-80GB-HBM3", autoscaling=scaling, sla={"ttftMs": 500, "tpotMs": 50})
+    )
+    prefill = PoolSignals(  # 30k-token prompts: about 1.5 s of prefill on an idle H100, so 500 ms is out of reach
+        "prefill", 3.0, None, 2.0, 2.0, 0.1, 30_000.0, 200.0, 1.0, 2, T0
+    )
+    first = step(long_prompts, {"prefill": prefill, "decode": signals("decode", itl=0.01, tokens_per_s=200)})
+    assert "prefill" not in first.replicas
+    warnings = [e for e in first.events if e.reason == "TargetUnattainable"]
+    assert len(warnings) == 1 and warnings[0].type == "Warning" and "no replica count meets it" in warnings[0].message
+    assert first.status["autoscaler"]["prefill"]["signals"]["target_unattainable"] == 1.0
+    again = step(
+        long_prompts, {"prefill": prefill, "decode": signals("decode", itl=0.01, tokens_per_s=200)}, first.status
+    )
+    assert not [e for e in again.events if e.reason == "TargetUnattainable"]  # said once, shown in status meanwhile

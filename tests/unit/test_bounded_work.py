@@ -14,6 +14,7 @@ import pytest
 from pdfleet.api.crd import generate_crd
 from pdfleet.api.model import MAX_REPLICAS, SpecError, parse_spec
 from pdfleet.reconcile.plan import ReconcilePlan
+from pdfleet.render.router_access import AdminClients
 from pdfleet.testing.builders import fake_node_info, fleet_spec, minimal_spec, pdd_body
 from pdfleet.topology.placement import distribute_replicas, plan_placement
 
@@ -92,6 +93,7 @@ class _Memo:
             return "policy/v1"
 
     operator_image = "img"
+    admin_clients = AdminClients()
 
 
 PLAN_SECONDS = 1.5

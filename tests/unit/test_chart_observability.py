@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from pdfleet.chart import alerts, dashboards, rbac
 from pdfleet.operator import fleet_metrics as fm
+from pdfleet.router.metrics import LightHistogram
 
 BODY = {
     "metadata": {"namespace": "ml", "name": "chat"},
@@ -151,6 +152,59 @@ def test_promtool_parses_every_dashboard_query(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def chart_queries() -> list[str]:
+    return [expr for _, _, expr in dashboards.panel_queries()] + [alert.expr for alert in alerts.alerts()]
+
+
+def test_dashboards_and_alerts_match_engine_names_as_the_autoscaler_does() -> None:
+    for expr in chart_queries():
+        assert "pdfleet_engine_" not in expr  # the emulator's own series: real vLLM does not export them
+        assert not re.search(r"\b(vllm|sglang):", expr), expr  # promql.series spells every name `vllm[:_]x`
+    assert any("vllm[:_]nixl_xfer_time_seconds_bucket" in expr for expr in chart_queries())
+
+
+def attainment_test(target_s: float) -> dict:
+    """A promtool unit test: 12 requests a minute through the router (3 at 0.1 s, 3 at 0.45 s, 6 at 0.9 s TTFT)."""
+    histogram = LightHistogram()
+    for seconds in (0.1,) * 3 + (0.45,) * 3 + (0.9,) * 6:
+        histogram.observe(seconds)
+    fleet = 'namespace="ml", pdd="chat"'
+    per_step = {le: count / 4 for le, count in histogram.cumulative()}  # a quarter each 15 s step
+    series = [
+        {"series": f'pdfleet_router_ttft_seconds_bucket{{{fleet}, le="{le}"}}', "values": f"0+{step:g}x8"}
+        for le, step in per_step.items()
+    ]
+    series += [
+        {"series": f"pdfleet_router_ttft_seconds_count{{{fleet}}}", "values": f"0+{per_step['+Inf']:g}x8"},
+        {"series": f'{fm.SLA_TARGET_SECONDS}{{{fleet}, objective="ttft"}}', "values": f"{target_s}x8"},
+    ]
+    (query,) = [q for _, title, q in dashboards.panel_queries() if title == "SLA attainment" and "ttft" in q]
+    return {
+        "interval": "15s",
+        "input_series": series,
+        "promql_expr_test": [{"expr": concrete(query), "eval_time": "2m"}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("target_s", "share"),
+    [(0.5, 0.5), (0.6, 0.5), (0.45, 0.25), (1.0, 1.0), (0.0005, 0.0)],
+    ids=["at-a-boundary", "between-boundaries", "below-the-middle", "all", "below-every-boundary"],
+)
+def test_sla_attainment_is_the_share_of_requests_within_the_target(
+    tmp_path: Path, target_s: float, share: float
+) -> None:
+    promtool = shutil.which("promtool")
+    if not promtool:
+        pytest.skip("promtool not installed (Debian package prometheus)")
+    test = attainment_test(target_s)
+    test["promql_expr_test"][0]["exp_samples"] = [{"labels": "{}", "value": share}]
+    path = tmp_path / "attainment-test.yaml"
+    path.write_text(yaml.safe_dump({"rule_files": [], "evaluation_interval": "15s", "tests": [test]}))
+    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_rbac_rules_follow_the_code_paths() -> None:
     rules = {(r["apiGroups"][0], r["resources"][0]): r["verbs"] for r in rbac.operator_rules()}
     # Kopf list/watch, server-side apply (patch, and create when the object is new), delete
@@ -159,7 +213,7 @@ def test_rbac_rules_follow_the_code_paths() -> None:
     assert rules[("pdfleet.dev", "pddeployments/status")] == ["patch"]
     assert rules[("", "events")] == ["create"]
     assert not any(("*" in r["verbs"] or "*" in r["resources"]) for r in rbac.operator_rules())
-    assert ("", "secrets") not in rules
+    assert rules[("", "secrets")] == ["create", "get"]  # the routers' admin token Secrets: no list, patch, delete
 
 
 def test_kube_client_scan_reads_verbs_from_the_http_calls() -> None:
@@ -173,6 +227,8 @@ def test_kube_client_scan_reads_verbs_from_the_http_calls() -> None:
     assert rbac.http_calls(methods["apply"]) == [("patch", "children"), ("create", "children")]
     assert rbac.http_calls(methods["patch_custom"]) == [("patch", "custom/{subresource}")]
     assert rbac.http_calls(methods["discover_versions"]) == [("list", "discovery")]
+    assert rbac.http_calls(methods["read_secret"]) == [("get", "secrets")]  # one named object: get, not list
+    assert rbac.http_calls(methods["create_secret"]) == [("create", "secrets")]
 
 
 def test_alert_signals_are_the_left_side_of_their_expressions() -> None:

@@ -17,32 +17,34 @@ from pdfleet.cli.main import SUBCOMMANDS
 
 PACKAGE = Path(pdfleet.__file__).parent
 
-# subpackage -> the subpackages it may import (the root module's constants are open to all)
+# subpackage -> the subpackages it may import (the root module's constants are open to all; every command's parser
+# takes its types from `cli.argtypes`, so the packages with a command may import `cli`)
 ALLOWED: dict[str, set[str]] = {
     # pure foundations
-    "api": set(),
+    "api": {"cli"},
     "perfmodel": set(),
     "topology": {"api"},
     "render": {"api", "topology"},
     # one adapter to the cluster, shared by both controllers
     "cluster": {"api", "topology", "render"},
     # the two controllers: siblings that never import each other
-    "reconcile": {"api", "topology", "render", "cluster"},
-    "autoscale": {"api", "topology", "perfmodel", "cluster"},
+    "reconcile": {"api", "topology", "render", "cluster", "cli"},
+    "autoscale": {"api", "topology", "perfmodel", "cluster", "cli"},
     # the operator process wires the controllers and its fleet metrics
-    "operator": {"api", "cluster", "reconcile", "autoscale"},
+    "operator": {"api", "cluster", "reconcile", "autoscale", "cli"},
     # data plane and engines: no operator code
-    "router": set(),
-    "engine": {"perfmodel"},
+    "router": {"cli"},
+    "engine": {"perfmodel", "cli"},
     # the simulator runs the router's and the autoscaler's own policy code
-    "sim": {"api", "topology", "perfmodel", "autoscale", "router"},
-    "loadgen": {"sim"},
-    "localfleet": {"api", "render", "sim", "loadgen"},
+    "sim": {"api", "topology", "perfmodel", "autoscale", "router", "cli"},
+    "loadgen": {"sim", "cli"},
+    "localfleet": {"api", "render", "sim", "loadgen", "cli"},
     # build-time generators derive the chart from the code
     "chart": {"api", "cluster", "reconcile", "autoscale", "operator", "router", "localfleet"},
     # test-only helpers; nothing above imports them
     "testing": {"api", "topology", "sim", "loadgen", "localfleet", "engine", "router"},
-    # the command dispatcher names subcommands by module path (strings), importing none directly
+    # the command dispatcher names subcommands by module path (strings), importing none directly; its argument types
+    # (`cli.argtypes`) import nothing of pdfleet, so every command may use them
     "cli": set(),
 }
 

@@ -87,7 +87,7 @@ def ready_pod(name: str, pool: str, rack: str, cell: str, ip: str) -> PodState:
 def test_first_reconcile_applies_every_child_and_second_applies_nothing():
     first = plan(pdd())
     kinds = sorted({o["kind"] for o in first.applies})
-    assert kinds == ["ConfigMap", "Deployment", "PodDisruptionBudget", "Service", "StatefulSet"]
+    assert kinds == ["ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Service", "StatefulSet"]
     assert all(APPLIED_HASH_ANNOTATION in o["metadata"]["annotations"] for o in first.applies)
     running = as_running(first.applies)
     second = plan(pdd(status=first.status), children=running)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from pdfleet.api.model import parse_spec
 from pdfleet.render.fleet_view import Endpoint, render_fleet_view
 from pdfleet.render.meta import Owner
@@ -91,11 +93,19 @@ def test_router_deployment() -> None:
         "9080",
         "--admin-port",
         "9081",
+        "--admin-token-file",
+        "/var/run/pdfleet/admin/token",
     ]
     assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "admin", "scheme": "HTTP"}
     assert container["livenessProbe"]["httpGet"]["path"] == "/health"
-    assert container["volumeMounts"] == [{"name": "fleet", "mountPath": "/etc/pdfleet", "readOnly": True}]
-    assert pod["volumes"] == [{"name": "fleet", "configMap": {"name": "llama-router"}}]
+    assert container["volumeMounts"] == [
+        {"name": "fleet", "mountPath": "/etc/pdfleet", "readOnly": True},
+        {"name": "admin-token", "mountPath": "/var/run/pdfleet/admin", "readOnly": True},
+    ]
+    assert pod["volumes"] == [
+        {"name": "fleet", "configMap": {"name": "llama-router"}},
+        {"name": "admin-token", "secret": {"secretName": "llama-router-admin"}},
+    ]
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert labels["app.kubernetes.io/component"] == "router"
     assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
@@ -106,3 +116,57 @@ def test_router_image_override() -> None:
     spec = parse_spec({"model": {"name": "m"}, "router": {"image": "my/router:2"}})
     deployment = render_router_deployment(OWNER, spec, "ignored:1")
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "my/router:2"
+
+
+def test_admin_token_secret_is_owned_and_holds_the_token() -> None:
+    import base64
+
+    from pdfleet.render.router_access import render_router_admin_secret
+
+    secret = render_router_admin_secret(OWNER, "s3cret")
+    assert secret["metadata"]["name"] == "llama-router-admin"
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == "u1"  # garbage-collected with the PDDeployment
+    assert base64.b64decode(secret["data"]["token"]) == b"s3cret"
+
+
+def test_network_policy_admits_the_admin_port_only_from_the_operator_and_prometheus() -> None:
+    from pdfleet.render.router_access import AdminClients, render_router_network_policy
+
+    clients = AdminClients.from_env(
+        {
+            "PDFLEET_OPERATOR_NAMESPACE": "pdfleet-system",
+            "PDFLEET_OPERATOR_POD_LABELS": "app.kubernetes.io/name=pdfleet-operator, app.kubernetes.io/instance=x",
+            "PDFLEET_ROUTER_METRICS_NAMESPACES": "monitoring,,obs",
+        }
+    )
+    policy = render_router_network_policy(OWNER, SPEC, clients)
+    assert policy["metadata"]["name"] == "llama-router"
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "router"
+    assert spec["policyTypes"] == ["Ingress"]
+    data, admin = spec["ingress"]
+    assert data == {"ports": [{"protocol": "TCP", "port": 9080}]}  # clients: from anywhere
+    assert admin["ports"] == [{"protocol": "TCP", "port": 9081}]
+    assert admin["from"] == [
+        {
+            "podSelector": {
+                "matchLabels": {"app.kubernetes.io/name": "pdfleet-operator", "app.kubernetes.io/instance": "x"}
+            },
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "pdfleet-system"}},
+        },
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "obs"}}},
+    ]
+    # an operator outside the cluster (the local fleet): its labels in any namespace, no metrics namespaces
+    (peer,) = render_router_network_policy(OWNER, SPEC, AdminClients.from_env({}))["spec"]["ingress"][1]["from"]
+    assert peer["namespaceSelector"] == {} and peer["podSelector"]["matchLabels"]["app.kubernetes.io/name"]
+    with pytest.raises(ValueError):
+        AdminClients.from_env({"PDFLEET_OPERATOR_POD_LABELS": "no-equals-sign"})
+
+
+def test_operator_rbac_gets_and_creates_secrets_and_nothing_more() -> None:
+    from pdfleet.chart.rbac import namespaced_rules
+
+    verbs = {(r["apiGroups"][0], r["resources"][0]): r["verbs"] for r in namespaced_rules()}
+    assert verbs[("", "secrets")] == ["create", "get"]  # a read of one named Secret is `get`, not `list`
+    assert verbs[("networking.k8s.io", "networkpolicies")] == ["create", "delete", "list", "patch", "watch"]

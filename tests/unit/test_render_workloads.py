@@ -231,6 +231,7 @@ def test_fleet_has_every_child_once_with_owner_refs() -> None:
             ("Service", "llama-router"),
             ("Deployment", "llama-router"),
             ("PodDisruptionBudget", "llama-router"),
+            ("NetworkPolicy", "llama-router"),
         ]
     )
     for obj in objects:
@@ -250,7 +251,7 @@ def test_services() -> None:
     assert pool["type"] == "ClusterIP" and "pdfleet.dev/cell" not in pool["selector"]
     assert pool["selector"]["pdfleet.dev/pool"] == "prefill"
     router = by_name[("Service", "llama-router")]["spec"]
-    assert [(p["name"], p["port"]) for p in router["ports"]] == [("http", 8080), ("admin", 8081)]
+    assert [(p["name"], p["port"]) for p in router["ports"]] == [("http", 8080)]  # the admin port is not for clients
     assert router["selector"]["app.kubernetes.io/component"] == "router"
 
 

@@ -116,9 +116,9 @@ async def test_a_timed_out_endpoint_is_held_out_with_backoff() -> None:
 def test_limit_flags_and_their_defaults() -> None:
     from pdfleet.router.httpserver import ServerLimits
 
-    config, hardening = cli.parse_command_line([])
+    config = cli.parse_args([])
     assert config.port == 8080
-    assert hardening.limits == ServerLimits(
+    assert config.limits == ServerLimits(
         max_body_bytes=8 << 20,
         max_header_bytes=16 << 10,
         max_request_line_bytes=8 << 10,
@@ -126,8 +126,9 @@ def test_limit_flags_and_their_defaults() -> None:
         body_timeout_seconds=60.0,
         idle_timeout_seconds=60.0,
     )
-    assert hardening.timeout_hold_seconds == 15.0
-    _, hardening = cli.parse_command_line(
+    assert config.timeout_hold_seconds == 15.0
+    assert (config.admin_token_file, config.insecure_admin) == (None, False)
+    config = cli.parse_args(
         [
             "--max-body-bytes",
             "1024",
@@ -145,10 +146,12 @@ def test_limit_flags_and_their_defaults() -> None:
             "2",
         ]
     )
-    assert hardening.limits == ServerLimits(1024, 2048, 512, 1.5, 3.0, 4.0)
-    assert hardening.timeout_hold_seconds == 2.0
+    assert config.limits == ServerLimits(1024, 2048, 512, 1.5, 3.0, 4.0)
+    assert config.timeout_hold_seconds == 2.0
     with pytest.raises(SystemExit):
-        cli.parse_command_line(["--header-timeout", "0"])
+        cli.parse_args(["--header-timeout", "0"])
+    with pytest.raises(SystemExit):  # a token and no token at once
+        cli.parse_args(["--admin-token-file", "/t", "--insecure-admin"])
 
 
 def test_timeouts_and_rejections_are_exported() -> None:

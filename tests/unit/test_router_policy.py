@@ -73,10 +73,10 @@ def test_affinity_prefers_longest_known_prefix_and_is_bounded() -> None:
 
 
 def test_prefill_keeps_affinity_until_overloaded() -> None:
-    p0, p1 = E("p0", inflight=5), E("p1", inflight=2)
-    assert affinity_load_bound(2) == 7.0
+    p0, p1 = E("p0", inflight=3), E("p1", inflight=2)
+    assert affinity_load_bound(2) == 3
     assert choose_prefill([p0, p1], set(), "p0", 0) is p0
-    p0.inflight = 8
+    p0.inflight = 4
     assert choose_prefill([p0, p1], set(), "p0", 0) is p1
     assert choose_prefill([p0, p1], set(), None, 0) is p1
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
@@ -145,3 +146,75 @@ def test_scale_up_waits_for_startup_and_holds_gpus() -> None:
     assert started, "the burst should make the autoscaler add replicas"
     for replica in started:
         assert replica.ready_at == pytest.approx(replica.created_at + SMALL.startup_s)
+
+
+def test_gpu_hours_run_until_the_last_request_completes() -> None:
+    trace = [TraceRequest(0.0, 1000, 4000)]  # arrives at 0, decodes for tens of seconds
+    result = run_static(trace, prefill=1, decode=1)
+    assert result.end_s > 10.0
+    assert summarize(result).gpu_hours == pytest.approx(2 * result.end_s / 3600)
+
+
+def test_replicas_the_racks_cannot_hold_are_reported_and_a_starved_pool_stops_the_run() -> None:
+    fleet = replace(SMALL, racks=1, gpus_per_rack=4)
+    trace = [TraceRequest(float(i), 2000, 10) for i in range(20)]
+    result = run_static(trace, fleet, prefill=4, decode=3)  # prefill takes every GPU: no decode replica at all
+    summary = summarize(result)
+    assert result.denied == {"decode": (1, 3)}
+    assert "no progress" in result.stalled and "decode: 20 waiting, 0 replicas" in result.stalled
+    assert result.events < 10_000  # stopped, not run until the event budget
+    assert summary.unfinished == 20 and summary.sla_attainment == 0.0
+    assert any("decode" in w and "could not be placed" in w for w in summary.warnings)
+    assert any("run stopped" in w for w in summary.warnings)
+
+
+def test_requests_over_the_context_limit_are_rejected_and_counted() -> None:
+    fleet = replace(SMALL, max_model_len=4096)
+    trace = [TraceRequest(0.0, 1000, 10), TraceRequest(1.0, 4000, 200), TraceRequest(2.0, 5000, 10)]
+    result = run_static(trace, fleet, prefill=1, decode=1)
+    assert [r.rejected for r in result.records] == [False, True, True]
+    assert [r.finished_at is None for r in result.records] == [False, True, True]
+    summary = summarize(result)
+    assert (summary.rejected, summary.unfinished) == (2, 0)
+    assert summary.sla_attainment == pytest.approx(1 / 3)
+    assert any("2 requests rejected" in w for w in summary.warnings)
+
+
+def test_prefix_affinity_does_not_pile_a_burst_of_long_prompts_onto_one_prefill() -> None:
+    rng = random.Random(0)
+    trace = sorted(
+        (
+            TraceRequest(b * 30.0 + rng.random() * 2, rng.randint(10_000, 60_000), 50, (b % 3, 1000 + b * 100 + i))
+            for b in range(8)
+            for i in range(12)
+        ),
+        key=lambda r: r.arrival,
+    )
+    fleet = replace(SMALL, gpus_per_rack=16)
+    affine = summarize(run_static(trace, fleet, prefill=6, decode=2))
+    spread = summarize(run_static(trace, replace(fleet, prefix_affinity=False), prefill=6, decode=2))
+    assert affine.ttft_p50_ms <= 1.15 * spread.ttft_p50_ms  # was 1.8x with the old 1.5 x least + 4 bound
+
+
+def test_pdfleet_spends_no_more_than_static_peak_on_a_target_below_the_floor_and_says_so() -> None:
+    long_prompts = generate(
+        LoadProfile(
+            "burst",
+            duration_s=600.0,
+            base_rps=0.5,
+            peak_rps=2.0,
+            period_s=300.0,
+            burst_s=60.0,
+            prompt_median=20_000,
+            prompt_max=100_000,
+            output_median=200,
+        ),
+        3,
+    )
+    fleet = replace(SMALL, gpus_per_rack=32)  # a 500 ms TTFT target; a 20k-token prompt alone takes ~0.9 s
+    runs = {}
+    for name in ("static-peak", "pdfleet"):
+        built, policy_fleet = build_policy(name, fleet, long_prompts)
+        runs[name] = summarize(Simulation(policy_fleet, long_prompts, built).run())
+    assert runs["pdfleet"].gpu_hours <= runs["static-peak"].gpu_hours * 1.05
+    assert any("prefill: target unattainable" in w for w in runs["pdfleet"].warnings)

@@ -83,3 +83,15 @@ def test_max_num_seqs_limits_the_batch() -> None:
     seqs = [SimSeq(None, 0.0, 100, 50) for _ in range(3)]
     drive(e, [(0.0, s) for s in seqs])
     assert seqs[2].first_token_at >= min(seqs[0].finished_at, seqs[1].finished_at)
+
+
+def test_prefix_cache_is_every_free_kv_block_lru_evicted() -> None:
+    e = engine(kv_capacity_tokens=64 * 100, prefix_caching=True)
+    first = SimSeq(None, 0.0, 64 * 60, 1, prefix=tuple(range(60)))  # 60 % of the KV: more than a 10 % cache held
+    drive(e, [(0.0, first)])
+    assert e.cached_prefix_tokens(first.prefix) == 64 * 60
+    second = SimSeq(None, 1.0, 64 * 70, 1, prefix=tuple(range(100, 170)))  # needs blocks the first prefix holds
+    drive(e, [(1.0, second)])
+    assert e.cached_prefix_tokens(second.prefix) == 64 * 70
+    assert e.cached_prefix_tokens(first.prefix) == 0  # least recently used: evicted for the second's blocks
+    assert len(e.prefix_cache) <= 100

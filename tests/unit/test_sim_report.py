@@ -19,7 +19,7 @@ def test_quantile_nearest_rank() -> None:
     assert quantile([], 0.5) != quantile([], 0.5)  # NaN
 
 
-def test_gpu_hours_count_to_the_horizon() -> None:
+def test_gpu_hours_count_until_the_last_completion() -> None:
     def replica(created: float, removed: float | None) -> Replica:
         return Replica(engine=None, gpus=2, created_at=created, ready_at=created, removed_at=removed)  # type: ignore
 
@@ -33,7 +33,7 @@ def test_gpu_hours_count_to_the_horizon() -> None:
         end_s=3700,
         events=0,
     )
-    assert gpu_hours(result) == pytest.approx(2 * (1 + 0.25 + 600 / 3600))
+    assert gpu_hours(result) == pytest.approx(2 * (3700 + 900 + 700) / 3600)  # to end_s, after the last arrival
     assert peak_gpus(result) == 4
 
 
@@ -106,3 +106,20 @@ def test_simulate_command_rejects_unknown_policy(tmp_path: Path) -> None:
         )
         == 2
     )
+
+
+def test_plots_draw_every_minute_with_data_and_name_policies_without_overlapping_labels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pdfleet.sim import plots
+
+    nan = float("nan")
+    assert plots._drawn([0.0, 1.0, 2.0, 3.0], [nan, 5.0, nan, 7.0]) == ([1.0, 3.0], [5.0, 7.0])
+    saved = []
+    monkeypatch.setattr(plots.plt, "close", saved.append)
+    plots.plot_sla_vs_cost([_row("pdfleet", 0.99, 10), _row("planner", 0.98, 10.1)], tmp_path / "s.png", "t")
+    (ax,) = saved[0].axes
+    assert len(ax.texts) == 0  # no labels next to points (they overlapped)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[:2] == ["pdfleet", "planner"]
+    assert not any("target" in label for label in labels)

@@ -109,3 +109,40 @@ def test_parse_profile() -> None:
         parse_profile("steady:nope=1")
     with pytest.raises(ValueError):
         parse_profile("sawtooth")
+
+
+def test_mooncake_jsonl_timestamps_are_milliseconds_and_blocks_512_tokens(tmp_path: Path) -> None:
+    path = tmp_path / "mooncake.jsonl"
+    path.write_text(
+        '{"timestamp": 0, "input_length": 1100, "output_length": 9, "hash_ids": [0, 1]}\n'
+        '{"timestamp": 3600000, "input_length": 600, "output_length": 4, "hash_ids": [0]}\n'
+    )
+    trace = read_trace(path, block_tokens=256)
+    assert [r.arrival for r in trace] == [0.0, 3600.0]  # an hour, not 41 days
+    assert trace[0].prefix_blocks == (0, 1, 2, 3)  # each 512-token id is two 256-token router blocks
+    assert trace[1].prefix_blocks == (0, 1)
+
+
+def test_numeric_arrival_of_unknown_unit_is_refused_unless_given(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("timestamp,prompt_tokens,output_tokens\n1000,10,2\n3000,10,2\n")
+    with pytest.raises(ValueError, match="time-unit"):
+        read_trace(path)
+    assert [r.arrival for r in read_trace(path, time_unit="ms")] == [0.0, 2.0]
+    assert [r.arrival for r in read_trace(path, time_unit="s")] == [0.0, 2000.0]
+
+
+def test_a_span_of_weeks_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,2\n3600000,10,2\n")
+    with pytest.raises(ValueError, match="days"):
+        read_trace(path)
+
+
+def test_scaled_copies_never_share_prefix_blocks() -> None:
+    trace = [TraceRequest(float(i), 2000, 10, (7, 8)) for i in range(10)]
+    scaled = scale_load(trace, 3, seed=0)
+    copies = {r.prefix_blocks for r in scaled}
+    assert len(copies) == 3  # within a copy the shared prefix stays shared
+    firsts = [c[0] for c in copies]
+    assert len(set(firsts)) == 3  # across copies not even the first block collides

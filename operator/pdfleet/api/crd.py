@@ -79,15 +79,14 @@ def structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _observed(node: dict[str, Any]) -> None:
-    """Make a status schema node describe, not constrain: any field may be null or unlisted, nothing is defaulted.
+    """Make a status schema node describe, not default: nothing is defaulted, and nothing is `nullable`.
 
-    (A 1.20 apiserver rejects null in status fields that are not nullable, and null in any enum field.)
+    The operator writes status with merge patches, where null deletes a key, so no null is ever stored; and a 1.20
+    apiserver publishes a nullable (or x-kubernetes-preserve-unknown-fields) object without its properties, which
+    leaves `kubectl explain pdd.status` empty.
     """
     node.pop("default", None)
-    node.pop("enum", None)
-    node["nullable"] = True
-    if node.get("type") == "object":
-        node["x-kubernetes-preserve-unknown-fields"] = True
+    node.pop("nullable", None)
     for child in node.get("properties", {}).values():
         _observed(child)
     for key in ("items", "additionalProperties"):
@@ -98,6 +97,15 @@ def _observed(node: dict[str, Any]) -> None:
 def _schema_of(model: type[Any]) -> dict[str, Any]:
     schema = model.model_json_schema(by_alias=True)
     return structural(schema, schema.get("$defs", {}))
+
+
+def _condition_column(name: str, condition: str, field: str, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "type": "string",
+        "description": description,
+        "jsonPath": f'.status.conditions[?(@.type=="{condition}")].{field}',
+    }
 
 
 def _printer_columns() -> list[dict[str, Any]]:
@@ -114,20 +122,38 @@ def _printer_columns() -> list[dict[str, Any]]:
             "description": "Ready/desired decode replicas",
             "jsonPath": ".status.decode.summary",
         },
-        {
-            "name": "Ready",
-            "type": "string",
-            "description": "Ready condition",
-            "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
-        },
+        _condition_column("Ready", "Ready", "status", "Ready condition"),
+        _condition_column("Reason", "Ready", "reason", "Why the fleet is (not) ready"),
+        _condition_column("SLA", "SLAMet", "reason", "Latency SLA: Met, Violated or NotMeasured"),
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        {
+            "name": "Model",
+            "type": "string",
+            "priority": 1,
+            "description": "Model name clients send",
+            "jsonPath": ".status.model",
+        },
+        {
+            "name": "Router",
+            "type": "string",
+            "priority": 1,
+            "description": "In-cluster URL of the router",
+            "jsonPath": ".status.routerUrl",
+        },
     ]
+
+
+# `kubectl scale pdd` and an HPA/KEDA scale the decode pool: one CRD has one scale subresource (docs/install.md).
+SCALE_SUBRESOURCE = {
+    "specReplicasPath": ".spec.decode.replicas",
+    "statusReplicasPath": ".status.decode.currentReplicas",
+    "labelSelectorPath": ".status.decode.selector",
+}
 
 
 def generate_crd() -> dict[str, Any]:
     """The apiextensions.k8s.io/v1 CustomResourceDefinition of PDDeployment, as a plain dict."""
     status = _schema_of(PDDeploymentStatus)
-    # Status is ours alone, and Kopf and newer operator versions write fields this schema does not list: prune nothing.
     _observed(status)
     root = {
         "type": "object",
@@ -161,7 +187,7 @@ def generate_crd() -> dict[str, Any]:
                     "name": API_VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": {"status": {}, "scale": SCALE_SUBRESOURCE},
                     "additionalPrinterColumns": _printer_columns(),
                     "schema": {"openAPIV3Schema": root},
                 }

@@ -545,16 +545,21 @@ class StatusModel(BaseModel):
 class PoolStatus(StatusModel):
     """Replica counts of one pool, summed over its cells."""
 
-    desired_replicas: int = Field(default=0, description="Replicas the operator asked for.")
+    desired_replicas: int = Field(default=0, description="Replicas the spec asks for.")
     current_replicas: int = Field(default=0, description="Pods that exist.")
     ready_replicas: int = Field(default=0, description="Pods that are Ready.")
     summary: str = Field(default="0/0", description="ready/desired, for kubectl get.")
+    selector: str = Field(
+        default="", description="Label selector of the pool's pods (the scale subresource's, for an HPA)."
+    )
 
     @classmethod
-    def of(cls, desired: int, current: int, ready: int) -> PoolStatus:
+    def of(cls, desired: int, current: int, ready: int, selector: str = "") -> PoolStatus:
         """A PoolStatus with its summary filled in."""
         summary = f"{ready}/{desired}"
-        return cls(desired_replicas=desired, current_replicas=current, ready_replicas=ready, summary=summary)
+        return cls(
+            desired_replicas=desired, current_replicas=current, ready_replicas=ready, summary=summary, selector=selector
+        )
 
 
 class CellStatus(StatusModel):
@@ -614,6 +619,7 @@ class DrainStatus(StatusModel):
     target_replicas: int = Field(description="Replica count after the drain.")
     endpoints: list[str] = Field(default_factory=list, description="Pod names being drained.")
     started_at: str = Field(description="RFC 3339 time the drain started.")
+    cause: str = Field(default="", description="Why the pool shrinks (the autoscaler's decision).")
 
 
 class FleetViewStatus(StatusModel):
@@ -634,6 +640,8 @@ class PDDeploymentStatus(StatusModel):
     autoscaler: AutoscalerStatus | None = Field(default=None, description="Autoscaler decisions.")
     drain: DrainStatus | None = Field(default=None, description="Scale-down drain in progress.")
     fleet_view: FleetViewStatus | None = Field(default=None, description="Router fleet view revision.")
+    model: str | None = Field(default=None, description="Model name clients send (spec.model.servedModelName).")
+    router_url: str | None = Field(default=None, description="In-cluster URL of the router's OpenAI API.")
 
 
 # --- parsing -----------------------------------------------------------------------------------------------------

@@ -9,20 +9,25 @@ import time
 
 from pdfleet.autoscale.promql import ENGINE_METRICS, fleet_queries
 from pdfleet.autoscale.signals import PoolSignals, PrometheusSignalSource
+from pdfleet.cli.argtypes import CommandParser, percentile, positive_float, positive_int
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pdfleet autoscaler", description=__doc__)
+    parser = CommandParser(prog="pdfleet autoscaler", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     for name, help_ in (("promql", "print every query of one interval"), ("signals", "query Prometheus once")):
         command = commands.add_parser(name, help=help_)
-        command.add_argument("--namespace", required=True)
+        command.add_argument("--namespace", required=True, help="the PDDeployment's namespace")
         command.add_argument("--pdd", required=True, help="PDDeployment name")
-        command.add_argument("--engine", default="vllm", choices=sorted(ENGINE_METRICS))
-        command.add_argument("--window", type=int, default=60, help="rate/quantile window, seconds")
-        command.add_argument("--percentile", type=float, default=90)
+        command.add_argument(
+            "--engine", default="vllm", choices=sorted(ENGINE_METRICS), help="engine kind (its metric names)"
+        )
+        command.add_argument("--window", type=positive_int, default=60, help="rate/quantile window, seconds")
+        command.add_argument("--percentile", type=percentile, default=90, help="latency percentile (sla.percentile)")
     commands.choices["signals"].add_argument("--prometheus", required=True, help="Prometheus base URL")
-    commands.choices["signals"].add_argument("--timeout", type=float, default=5.0, help="per-query timeout, seconds")
+    commands.choices["signals"].add_argument(
+        "--timeout", type=positive_float, default=5.0, help="per-query timeout, seconds"
+    )
     return parser
 
 

@@ -16,15 +16,24 @@ import kopf
 
 from pdfleet import API_GROUP, API_VERSION, PLURAL, POOLS
 from pdfleet.api.model import PDDeploymentSpec, SpecError, parse_spec
-from pdfleet.autoscale.metrics import CURRENT, DECISIONS, DESIRED, DRAINING, METRICS_AVAILABLE, SIGNAL
+from pdfleet.autoscale.metrics import (
+    CURRENT,
+    DECISIONS,
+    DESIRED,
+    DRAINING,
+    METRICS_AVAILABLE,
+    SIGNAL,
+    TARGET_UNATTAINABLE,
+)
 from pdfleet.autoscale.policy import PoolScalerState
 from pdfleet.autoscale.signals import PrometheusSignalSource
 from pdfleet.autoscale.step import AutoscaleStep, plan_autoscale
 from pdfleet.cluster.events import post_events
 from pdfleet.cluster.indexes import body_snapshot, index_snapshot
 from pdfleet.cluster.kube import KubeClient
+from pdfleet.cluster.lifetimes import deleted, without_finalizer
 from pdfleet.cluster.observed import PodState
-from pdfleet.cluster.router_admin import endpoint_views, router_admin_urls
+from pdfleet.cluster.router_admin import AdminTokens, endpoint_views, router_admin_urls
 from pdfleet.topology.inventory import node_info
 
 log = logging.getLogger("pdfleet.autoscaler")
@@ -37,6 +46,7 @@ def export(namespace: str, name: str, step: AutoscaleStep) -> None:
         labels = (namespace, name, pool)
         DESIRED.labels(*labels).set(chosen.desired)
         CURRENT.labels(*labels).set(chosen.current)
+        TARGET_UNATTAINABLE.labels(*labels).set(1 if chosen.unattainable else 0)
         for signal, value in chosen.signals.items():
             SIGNAL.labels(*labels, signal).set(value)
         direction = "up" if chosen.desired > chosen.current else "down" if chosen.desired < chosen.current else "hold"
@@ -47,6 +57,7 @@ def export(namespace: str, name: str, step: AutoscaleStep) -> None:
 
 def run_interval(
     kube: KubeClient,
+    tokens: AdminTokens,
     source: PrometheusSignalSource,
     body: Mapping[str, Any],
     spec: PDDeploymentSpec,
@@ -64,7 +75,8 @@ def run_interval(
     )
     views: list[list[dict] | None] = []
     if status.get("drain"):
-        views = endpoint_views(router_admin_urls(pods, spec.router.admin_port, ready_only=True).values())
+        urls = router_admin_urls(pods, spec.router.admin_port, ready_only=True).values()
+        views = endpoint_views(urls, tokens.token(kube, body))
     step = plan_autoscale(
         spec=spec,
         pdd_name=name,
@@ -95,6 +107,7 @@ def _autoscaled(spec: PDDeploymentSpec) -> bool:
     return any(spec.pool(pool).autoscaling.enabled for pool in POOLS)
 
 
+@without_finalizer
 @kopf.daemon(API_GROUP, API_VERSION, PLURAL, cancellation_timeout=10)
 async def autoscaler_daemon(
     namespace: str,
@@ -109,7 +122,7 @@ async def autoscaler_daemon(
     states: dict[str, PoolScalerState] = {}
     sources: dict[str, PrometheusSignalSource] = {}
     try:
-        while not stopped:
+        while not stopped and not deleted(body):
             delay = 15.0
             try:
                 spec = parse_spec(dict(body.get("spec") or {}))
@@ -119,6 +132,7 @@ async def autoscaler_daemon(
                     step = await asyncio.to_thread(
                         run_interval,
                         memo.kube,
+                        memo.admin_tokens,
                         source,
                         body_snapshot(body),
                         spec,

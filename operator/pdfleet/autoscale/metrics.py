@@ -16,4 +16,9 @@ DECISIONS = Counter("pdfleet_autoscaler_decisions_total", "Autoscaler decisions"
 METRICS_AVAILABLE = Gauge(
     "pdfleet_autoscaler_metrics_available", "1 when every autoscaled pool had fresh metrics", ("namespace", "pdd")
 )
+TARGET_UNATTAINABLE = Gauge(
+    "pdfleet_autoscaler_target_unattainable",
+    "1 while the pool's latency target is below its requests' own floor (no replica count meets it)",
+    LABELS,
+)
 DRAINING = Gauge("pdfleet_autoscaler_drain_in_progress", "1 while a pool drains before a scale-down", LABELS)

@@ -2,7 +2,10 @@
 
 Latency and queue are saturation signals, not proportional to load: they only scale up, a breach capped relative to
 the capacity view; only the capacity signal (token demand vs per-replica capacity, configured, learned while saturated
-or the timing model's prior) shrinks a pool. docs/autoscaling.md says why (fleet simulator runs).
+and raised while over-provisioned, or the timing model's prior) and a window without traffic shrink a pool. Latency
+scales on the part replicas can remove: a request's floor (its own prefill, or a lone sequence's decode step, from the
+timing model, corrected online) is subtracted, and a target under the floor is reported unattainable instead of adding
+replicas. docs/autoscaling.md says why (fleet simulator runs).
 
 No clocks and no I/O: the caller passes `now`, the pool's reading and the previous PoolScalerState, and gets a
 Decision and the next state. The fleet-wide step (GPU budget, P:D ratio) is in `pdfleet.autoscale.fleet_decision`.
@@ -16,7 +19,13 @@ from typing import Mapping
 
 from pdfleet.autoscale.config import PoolPolicyConfig
 from pdfleet.autoscale.signals import MetricsUnavailable, PoolReading, PoolSignals
-from pdfleet.perfmodel.replica import decode_sla_capacity, prefill_sla_capacity
+from pdfleet.perfmodel.replica import (
+    decode_itl,
+    decode_sla_capacity,
+    prefill_sla_capacity,
+    prefill_throughput,
+    prefill_ttft,
+)
 
 CAPACITY_LEARN_WEIGHT = 0.3  # EWMA weight of a new capacity sample
 # Share of a saturated replica's throughput that the learned capacity keeps: a replica serving at its saturated rate
@@ -26,6 +35,23 @@ LEARNED_CAPACITY_UTILIZATION = 0.5
 # reporting and the capacity recommendation): once a queue forms both grow without bound, so ceil(n x ratio) alone
 # would jump to maxReplicas.
 LATENCY_BREACH_MAX_GROWTH = 1.5
+# Decode is bound by KV memory: a pool this full is at its capacity, whatever its latency
+KV_SATURATION = 0.9
+# The floor is learned only below this share of the replicas' modelled back-to-back prefill throughput, and a sample of
+# observed / modelled TTFT over MAX_FLOOR_CORRECTION is queueing inside the window, not a floor: a log-normal prompt
+# length's p90 with sigma 1 is 2.2x its mean's prefill (Azure code trace: contention samples of 11-17x had taught it a
+# floor over its 500 ms target).
+FLOOR_LEARN_MAX_UTILIZATION = 0.4
+MAX_FLOOR_CORRECTION = 3.0
+# Below this share of its replicas' modelled prefill throughput a prompt rarely waits for another: a TTFT over target
+# there is the prompts' own tail, which the floor (a mean-length model times a learned correction) misses by more than
+# a tight target leaves (held-out diurnal: read as queueing, prefill went from 3 to 63 replicas at 1 % utilization;
+# 0.3 from a sweep on the Azure traces, docs/autoscaling.md).
+LATENCY_BREACH_MIN_UTILIZATION = 0.3
+# An over-provisioned pool raises its learned capacity: running at it with only this share of its latency headroom
+# used (above the floor) says a replica sustains more; latency grows faster than load, so tokens/s over the share used
+# (at least LEARNED_CAPACITY_UTILIZATION of it, so at most 2x per sample) is a conservative sample.
+HEADROOM_LEARN_MAX_RATIO = 0.5
 _EPS = 1e-9  # float slack so ceil(3.0000000001) stays 3
 
 
@@ -44,6 +70,10 @@ class PoolScalerState:
     recommendations: tuple[Recommendation, ...] = ()
     last_scale_at: float | None = None
     learned_capacity_tps: float | None = None
+    # observed / modelled latency floor of the pool's requests, learned while nothing queues (None: the model's 1.0)
+    floor_correction: float | None = None
+    # whether the previous reading saw the pool saturated (None: no reading yet); see `decide_pool`
+    saturated: bool | None = None
 
 
 def fresh_state(current: int, now: float) -> PoolScalerState:
@@ -77,6 +107,7 @@ class Decision:
     notes: tuple[str, ...] = ()  # each constraint that moved the result (stabilization, steps, bounds, fleet)
     pressure: float = 0.0  # largest observed/target ratio over the signals; the fleet step's priority
     held: bool = False  # True when the pool keeps its size for lack of metrics
+    unattainable: str = ""  # set when the latency target is below the requests' floor: no replica count meets it
 
     @property
     def reason(self) -> str:
@@ -139,18 +170,100 @@ def _latency_ratio(config: PoolPolicyConfig, s: PoolSignals) -> float | None:
     return latency_s * 1000.0 / config.target_latency_ms
 
 
+def modelled_floor_s(config: PoolPolicyConfig, s: PoolSignals) -> float | None:
+    """The latency no replica count removes, from the timing model at the reading's mean lengths: an idle replica's
+    prefill of the mean prompt (prefill), one sequence's decode step (decode); None without a model or traffic."""
+    if config.replica_model is None or not s.request_rate or not s.prompt_tps:
+        return None
+    isl = s.prompt_tps / s.request_rate
+    if config.pool == "prefill":
+        return prefill_ttft(config.replica_model, isl)
+    osl = (s.gen_tps or 0.0) / s.request_rate
+    return decode_itl(config.replica_model, 1, isl + osl / 2)
+
+
+def prefill_utilization(config: PoolPolicyConfig, s: PoolSignals) -> float | None:
+    """Prompt tokens/s over what the reporting prefill replicas sustain back to back at the reading's mean prompt (the
+    timing model's); None for decode, or without a model, traffic or reporting replicas."""
+    if config.pool != "prefill" or config.replica_model is None or s.replicas_reporting <= 0:
+        return None
+    if not s.request_rate or not s.prompt_tps:
+        return None
+    throughput = prefill_throughput(config.replica_model, s.prompt_tps / s.request_rate)
+    return s.prompt_tps / (throughput * s.replicas_reporting)
+
+
+def learn_floor_correction(
+    config: PoolPolicyConfig, s: PoolSignals, current: int, learned: float | None
+) -> float | None:
+    """Fold observed / modelled TTFT into the EWMA while the prefill pool queues nothing, runs at most one prompt per
+    replica and its window's prompt tokens kept the replicas under FLOOR_LEARN_MAX_UTILIZATION of their modelled
+    throughput: its TTFT percentile is then the requests' own prefill (the long-prompt tail included), not queueing.
+    A sample over MAX_FLOOR_CORRECTION is dropped: the gauges are instantaneous, the percentile is the window's."""
+    if config.pool != "prefill" or s.ttft_p is None or s.replicas_reporting < max(current, 1):
+        return learned
+    if s.queue_total or (s.running_total or 0.0) > s.replicas_reporting:
+        return learned
+    modelled = modelled_floor_s(config, s)
+    utilization = prefill_utilization(config, s)
+    if not modelled or utilization is None or utilization > FLOOR_LEARN_MAX_UTILIZATION:
+        return learned
+    sample = s.ttft_p / modelled
+    return learned if sample > MAX_FLOOR_CORRECTION else _ewma(learned, sample)
+
+
 def _latency_estimate(
-    config: PoolPolicyConfig, s: PoolSignals, current: int, percentile: float
+    config: PoolPolicyConfig, s: PoolSignals, current: int, percentile: float, floor_s: float | None
 ) -> SignalEstimate | None:
-    """HPA formula on latency, scale-up only."""
+    """HPA formula on the latency above the floor (the queueing and contention replicas remove), scale-up only; a
+    target at or under the floor, or a prefill pool under LATENCY_BREACH_MIN_UTILIZATION, recommends nothing (see
+    `unattainable_text`)."""
     ratio = _latency_ratio(config, s)
     if ratio is None:
         return None
     label = "TTFT" if config.pool == "prefill" else "ITL"
-    text = f"{label} p{percentile:g} {ratio * config.target_latency_ms:.0f} ms {{cmp}} {config.target_latency_ms:g} ms"
+    target = config.target_latency_ms
+    observed = ratio * target
+    text = f"{label} p{percentile:g} {observed:.0f} ms {{cmp}} {target:g} ms"
+    if floor_s is not None and not config.plain_hpa:
+        floor_ms = floor_s * 1000.0
+        if floor_ms >= target:
+            return SignalEstimate("latency", 0.0, current, current, text.replace("{cmp}", ">"), False)
+        ratio = max(0.0, observed - floor_ms) / (target - floor_ms)
+        text = f"{label} p{percentile:g} {observed:.0f} ms, {observed - floor_ms:.0f} ms over its {floor_ms:.0f} ms "
+        text += f"floor {{cmp}} {target - floor_ms:.0f} ms"
+        utilization = prefill_utilization(config, s)
+        if ratio > 1.0 and utilization is not None and utilization < LATENCY_BREACH_MIN_UTILIZATION:
+            text += f" at {utilization:.0%} utilization: the prompts' own tail, not queueing"
+            return SignalEstimate("latency", 0.0, current, current, text.replace("{cmp}", ">"), False)
     return _scale_up_only(
         _estimate("latency", ratio, s.replicas_reporting, current, config.tolerance, text), ratio, current, config
     )
+
+
+def unattainable_text(config: PoolPolicyConfig, floor_s: float | None, percentile: float) -> str:
+    """Why no replica count meets the pool's latency target, or "" when one can."""
+    if floor_s is None or config.plain_hpa or config.target_latency_ms <= 0:
+        return ""
+    floor_ms = floor_s * 1000.0
+    if floor_ms < config.target_latency_ms:
+        return ""
+    label = "TTFT" if config.pool == "prefill" else "ITL"
+    return (
+        f"{label} p{percentile:g} target {config.target_latency_ms:g} ms is below the requests' own floor "
+        f"{floor_ms:.0f} ms on an idle replica: no replica count meets it (raise the target or use faster hardware)"
+    )
+
+
+def _idle_estimate(config: PoolPolicyConfig, s: PoolSignals, current: int) -> SignalEstimate | None:
+    """No tokens, no queue and nothing running over the window: the pool may shrink to its minimum (after the
+    scale-down stabilization), with or without a capacity to size it by."""
+    latency = s.ttft_p if config.pool == "prefill" else s.itl_p
+    if config.plain_hpa or s.replicas_reporting <= 0 or latency is not None or _pool_tps(config.pool, s) != 0.0:
+        return None
+    if s.queue_total != 0.0 or s.running_total != 0.0:
+        return None
+    return _estimate("idle", 0.0, s.replicas_reporting, current, config.tolerance, "no traffic in the window")
 
 
 def _cap_breach(
@@ -206,26 +319,58 @@ def _capacity_estimate(
     return _estimate("capacity", ratio, s.replicas_reporting, current, config.tolerance, text)
 
 
-def learn_capacity(config: PoolPolicyConfig, s: PoolSignals, current: int, learned: float | None) -> float | None:
-    """Fold a capacity sample into the EWMA while the pool is saturated (latency or queue per replica at or over its
-    target) with every replica reporting; an unsaturated pool's throughput is only the load it was offered. The
-    sample is LEARNED_CAPACITY_UTILIZATION of the per-replica throughput."""
+def learn_capacity(
+    config: PoolPolicyConfig, s: PoolSignals, current: int, learned: float | None, latency_ratio: float | None
+) -> float | None:
+    """Fold a capacity sample into the EWMA while the pool is saturated, with every replica reporting; an
+    unsaturated pool's throughput is only the load it was offered. `latency_ratio` is the latency above its floor
+    over the target's (a latency stuck over an unattainable target is no saturation).
+
+    Prefill (compute bound) is saturated when its latency or queue is at target, and keeps
+    LEARNED_CAPACITY_UTILIZATION of the per-replica throughput as headroom for bursts. Decode (KV-memory bound) is
+    saturated when its ITL is at target or its KV cache is KV_SATURATION full, and keeps all of it: a queue burst on
+    decode (KV pulls waiting) says nothing of its capacity, and the prefill's derating made it hold 3x the replicas.
+
+    Either pool with its latency under HEADROOM_LEARN_MAX_RATIO of the headroom above its floor is over-provisioned
+    for its learned capacity when its tokens/s per replica over that share beat it: an early burst's sample (a queue at
+    once, tokens/s over a window that began quiet: 1/4 of the modelled capacity) otherwise held it too large for good.
+    This learns only upward, by at most 2x the per-replica rate a sample (see `_headroom_sample`)."""
     tps = _pool_tps(config.pool, s)
     if not tps or s.replicas_reporting < max(current, 1):
         return learned
+    if not pool_saturated(config, s, latency_ratio):
+        headroom = _headroom_sample(tps, s.replicas_reporting, learned, latency_ratio)
+        return learned if headroom is None else _ewma(learned, headroom)
+    utilization = 1.0 if config.pool == "decode" else LEARNED_CAPACITY_UTILIZATION
+    return _ewma(learned, tps / s.replicas_reporting * utilization)
+
+
+def pool_saturated(config: PoolPolicyConfig, s: PoolSignals, latency_ratio: float | None) -> bool:
+    """Is the pool at its capacity: latency above its floor at target, or (prefill) the queue per replica at target,
+    or (decode) the KV cache KV_SATURATION full? `latency_ratio` as in `learn_capacity`."""
     floor = 1.0 - config.tolerance
-    latency = _latency_ratio(config, s)
+    if latency_ratio is not None and latency_ratio >= floor:
+        return True
+    if config.pool == "decode":
+        return s.kv_usage is not None and s.kv_usage >= KV_SATURATION
     queue = s.queue_per_replica
-    at_target = latency is not None and latency >= floor
-    queueing = (
-        queue is not None and config.target_queue_per_replica > 0 and (queue >= floor * config.target_queue_per_replica)
+    return (
+        queue is not None and config.target_queue_per_replica > 0 and queue >= floor * config.target_queue_per_replica
     )
-    if not (at_target or queueing):
-        return learned
-    sample = tps / s.replicas_reporting * LEARNED_CAPACITY_UTILIZATION
-    if learned is None:
-        return sample
-    return (1.0 - CAPACITY_LEARN_WEIGHT) * learned + CAPACITY_LEARN_WEIGHT * sample
+
+
+def _ewma(learned: float | None, sample: float) -> float:
+    """The learned value with `sample` folded in at CAPACITY_LEARN_WEIGHT (the sample itself when nothing was)."""
+    return sample if learned is None else (1.0 - CAPACITY_LEARN_WEIGHT) * learned + CAPACITY_LEARN_WEIGHT * sample
+
+
+def _headroom_sample(tps: float, replicas: int, learned: float | None, latency_ratio: float | None) -> float | None:
+    """The capacity a pool with latency headroom shows, when it beats the learned one: tokens/s per replica over the
+    share of the headroom above its floor that `latency_ratio` says was used."""
+    if learned is None or latency_ratio is None or latency_ratio >= HEADROOM_LEARN_MAX_RATIO:
+        return None
+    sample = tps / replicas / max(latency_ratio, LEARNED_CAPACITY_UTILIZATION)
+    return sample if sample > learned else None
 
 
 def prior_capacity(config: PoolPolicyConfig, s: PoolSignals) -> float | None:
@@ -320,21 +465,39 @@ def decide_pool(
         cause = f"holding, metrics unavailable ({reading.reason}: {reading.message})"
         return _hold_decision(config, current, cause, {}), state
 
+    # the latency floor: the timing model's, corrected by what the pool showed while nothing queued
+    correction = state.floor_correction
+    if not config.plain_hpa:
+        correction = learn_floor_correction(config, reading, current, correction)
+    modelled = modelled_floor_s(config, reading)
+    floor_s = None if modelled is None else modelled * (correction or 1.0)
+    latency = _latency_estimate(config, reading, current, percentile, floor_s)
+    unattainable = unattainable_text(config, floor_s, percentile)
     # a configured capacity is authoritative; else the learned one (this reading's sample counts at once), else the
     # timing model's prior until the pool first saturates
-    learned = state.learned_capacity_tps
+    learned, saturated = state.learned_capacity_tps, state.saturated
     capacity = config.capacity_tokens_per_s
     if capacity is None and not config.plain_hpa:
-        learned = learn_capacity(config, reading, current, learned)
+        above_floor = latency.ratio if latency is not None and not unattainable else None
+        saturated = pool_saturated(config, reading, above_floor)
+        # the first saturated reading after an unsaturated one averages a quiet start into its tokens/s (the rate is
+        # the window's, the queue is now's): held-out bursty learned 1/4 of the modelled capacity from it
+        if not (saturated and state.saturated is False):
+            learned = learn_capacity(config, reading, current, learned, above_floor)
         capacity = learned or prior_capacity(config, reading)
     values = signal_values(reading, percentile, capacity)
+    if floor_s is not None:
+        values["latency_floor_ms"] = floor_s * 1000.0
+        values["target_unattainable"] = 1.0 if unattainable else 0.0
     sized = _capacity_estimate(config, reading, current, capacity, window_s)
-    breaches = (_latency_estimate(config, reading, current, percentile), _queue_estimate(config, reading, current))
+    breaches = (latency, _queue_estimate(config, reading, current))
     capped = [_cap_breach(config, e, reading, current, sized.need if sized else 0) for e in breaches]
-    estimates = [e for e in (*capped, sized) if e is not None]
+    estimates = [e for e in (*capped, sized, _idle_estimate(config, reading, current)) if e is not None]
     if not estimates:
         decision = _hold_decision(config, current, "holding, no usable signal in the reading", values)
-        return decision, replace(state, learned_capacity_tps=learned)
+        return replace(decision, unattainable=unattainable), replace(
+            state, learned_capacity_tps=learned, floor_correction=correction, saturated=saturated
+        )
 
     # most replicas wins, then the larger ratio, then the first listed (latency, queue, capacity); a latency below
     # target drives only when it is the sole signal, and then holds
@@ -358,10 +521,13 @@ def decide_pool(
         signals=values,
         notes=tuple(notes),
         pressure=max(e.ratio for e in estimates),
+        unattainable=unattainable,
     )
     next_state = PoolScalerState(
         recommendations=history,
         last_scale_at=now if desired != current else state.last_scale_at,
         learned_capacity_tps=learned,
+        floor_correction=correction,
+        saturated=saturated,
     )
     return decision, next_state

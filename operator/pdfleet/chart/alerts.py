@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from pdfleet.chart.queries import engine_quantile, engine_series
+from pdfleet.chart.queries import ENGINE_POOLS, engine_quantile, engine_series
 from pdfleet.operator import fleet_metrics as fm
 
 WINDOW = "5m"
@@ -55,7 +55,7 @@ def _sla_breach(objective: str, field_name: str, pool: str, what: str) -> Alert:
 
 def alerts() -> tuple[Alert, ...]:
     """Every alert, in rule-file order."""
-    engines_up = f"count by ({POOL}) ({engine_series('running_gauge')})"
+    engines_up = f"count by ({POOL}) ({engine_series('running_gauge', '', ENGINE_POOLS)})"
     return (
         _sla_breach("ttft", "ttft_histogram", "prefill", "TTFT (prefill pool)"),
         _sla_breach("tpot", "itl_histogram", "decode", "TPOT / inter-token latency (decode pool)"),

@@ -1,4 +1,4 @@
-"""Grafana dashboards generated from code: fleet overview, SLA, autoscaler, router, KV transfer.
+"""Grafana dashboards generated from code: fleet overview (replicas, load, SLA), SLA, autoscaler, router, KV transfer.
 
 `dashboard_files()` renders every dashboard as Grafana JSON (schemaVersion 39, Prometheus datasource chosen by a
 variable); `scripts/render_manifests.py` writes them to charts/pdfleet/dashboards/, and the chart ships each as a
@@ -13,23 +13,31 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from pdfleet.autoscale.promql import series
 from pdfleet.chart.queries import (
     DASHBOARD_SELECTOR,
+    ENGINE_POOLS,
+    NIXL_BYTES,
+    NIXL_FAILED_TRANSFERS,
+    NIXL_KV_EXPIRED,
+    NIXL_XFER_TIME,
     QUANTILES,
     RATE_WINDOW,
     engine_quantile,
     engine_rate,
     engine_series,
     histogram_quantile,
+    quantile,
     ratio,
+    share_within,
 )
 from pdfleet.operator import fleet_metrics as fm
+from pdfleet.router.metrics import LATENCY_BUCKETS
 from pdfleet.router.policy import SAME_RACK
 
 SEL = DASHBOARD_SELECTOR
 W = RATE_WINDOW
 ROUTER = "pdfleet_router_"
-KV = "pdfleet_engine_kv_transfer_"
 PANEL_WIDTH, PANEL_HEIGHT, COLUMNS = 12, 8, 2
 
 
@@ -77,26 +85,54 @@ def _sla_compare(field_name: str, pool: str, objective: str, operator: str) -> s
     return f'{p90} {operator} on (namespace, pdd) {fm.SLA_TARGET_SECONDS}{{{SEL}, objective="{objective}"}}'
 
 
-def _attainment(field_name: str, pool: str, objective: str) -> str:
-    # share of evaluation steps over the dashboard range whose p90 met the target
-    return f"avg_over_time(({_sla_compare(field_name, pool, objective, '<= bool')})[$__range:$__interval])"
+def _attainment(objective: str, window: str) -> Query:
+    """Share of the requests the router served whose client-seen TTFT or TPOT was within the SLA target."""
+    target = f'scalar({fm.SLA_TARGET_SECONDS}{{{SEL}, objective="{objective}"}})'
+    expr = share_within(f"{ROUTER}{objective}_seconds", LATENCY_BUCKETS, target, SEL, window)
+    return Query(expr, objective.upper())
+
+
+def _attainment_panel(title: str, window: str, kind: str) -> Panel:
+    return Panel(
+        title,
+        (_attainment("ttft", window), _attainment("tpot", window)),
+        unit="percentunit",
+        kind=kind,
+        description="Share of streamed requests (router, client-seen) within spec.sla's target, counted from the "
+        "router's histogram at its largest bucket boundary at or below the target.",
+    )
+
+
+def _breach_ratio_panel() -> Panel:
+    return Panel(
+        "Engine p90 / target (above 100% = SLA breached)",
+        (
+            Query(_sla_compare("ttft_histogram", "prefill", "ttft", "/"), "TTFT"),
+            Query(_sla_compare("itl_histogram", "decode", "tpot", "/"), "TPOT"),
+        ),
+        unit="percentunit",
+        description="What the autoscaler and the SLA alerts act on: prefill TTFT p90 and decode inter-token p90.",
+    )
 
 
 def fleet_overview() -> Dashboard:
-    """Replicas (spec/ready/autoscaler desired) per pool against request and token rates."""
+    """Replicas (spec/ready/autoscaler desired) per pool against request and token rates and the SLA."""
     return Dashboard(
         "pdfleet-fleet",
         "pdfleet / Fleet overview",
-        "Per PDDeployment: prefill/decode replicas over time against the load they serve.",
+        "Per PDDeployment: prefill/decode replicas over time against the load they serve and the SLA they keep.",
         (
             Panel(
                 "Replicas per pool",
                 (
                     Query(f'{fm.POOL_REPLICAS}{{{SEL}, state=~"spec|ready"}}', "{{pool}} {{state}}"),
                     Query(f"{fm.AUTOSCALER_DESIRED_REPLICAS}{{{SEL}}}", "{{pool}} autoscaler desired"),
+                    Query(f"{fm.AUTOSCALER_MAX_REPLICAS}{{{SEL}}}", "{{pool}} max"),
                 ),
-                description="spec: replicas asked for; ready: Ready pods; autoscaler desired: its last decision.",
+                description="spec: replicas asked for; ready: Ready pods; autoscaler desired: its last decision; "
+                "max: autoscaling.maxReplicas.",
             ),
+            _attainment_panel("SLA attainment", W, "timeseries"),
             Panel(
                 "Request rate",
                 (
@@ -117,15 +153,15 @@ def fleet_overview() -> Dashboard:
             Panel(
                 "Queue and running requests",
                 (
-                    Query(f"sum by (pool) ({engine_series('waiting_gauge', selector=SEL)})", "{{pool}} waiting"),
-                    Query(f"sum by (pool) ({engine_series('running_gauge', selector=SEL)})", "{{pool}} running"),
+                    Query(f"sum by (pool) ({engine_series('waiting_gauge', '', SEL)})", "{{pool}} waiting"),
+                    Query(f"sum by (pool) ({engine_series('running_gauge', '', SEL)})", "{{pool}} running"),
                 ),
             ),
             Panel(
                 "KV cache usage",
                 (
-                    Query(f"avg by (pool) ({engine_series('kv_usage_gauge', selector=SEL)})", "{{pool}} mean"),
-                    Query(f"max by (pool) ({engine_series('kv_usage_gauge', selector=SEL)})", "{{pool}} max"),
+                    Query(f"avg by (pool) ({engine_series('kv_usage_gauge', '', SEL)})", "{{pool}} mean"),
+                    Query(f"max by (pool) ({engine_series('kv_usage_gauge', '', SEL)})", "{{pool}} max"),
                 ),
                 unit="percentunit",
             ),
@@ -133,12 +169,13 @@ def fleet_overview() -> Dashboard:
                 "Engines reporting",
                 (
                     Query(
-                        f"count by (pool) (count by (pool, pod) ({engine_series('running_gauge', selector=SEL)}))",
+                        f"count by (pool) (count by (pool, pod) ({engine_series('running_gauge', '', SEL)}))",
                         "{{pool}}",
                     ),
                 ),
                 description="Engine pods whose latest scrape succeeded.",
             ),
+            _breach_ratio_panel(),
         ),
     )
 
@@ -166,24 +203,8 @@ def sla() -> Dashboard:
                 ),
                 unit="s",
             ),
-            Panel(
-                "p90 / target (above 1 = SLA breached)",
-                (
-                    Query(_sla_compare("ttft_histogram", "prefill", "ttft", "/"), "TTFT"),
-                    Query(_sla_compare("itl_histogram", "decode", "tpot", "/"), "TPOT"),
-                ),
-                unit="percentunit",
-            ),
-            Panel(
-                "SLA attainment over the range",
-                (
-                    Query(_attainment("ttft_histogram", "prefill", "ttft"), "TTFT"),
-                    Query(_attainment("itl_histogram", "decode", "tpot"), "TPOT"),
-                ),
-                unit="percentunit",
-                kind="stat",
-                description="Share of the time the pool's p90 met its target.",
-            ),
+            _breach_ratio_panel(),
+            _attainment_panel("SLA attainment over the range", "$__range", "stat"),
         ),
     )
 
@@ -302,34 +323,67 @@ def router() -> Dashboard:
 
 
 def kv_transfer() -> Dashboard:
-    """KV cache transfer time, volume and failures between prefill and decode engines."""
+    """KV cache transfers between prefill and decode engines, from vLLM's own NIXL connector series."""
+    decode, prefill = f'{SEL}, pool="decode"', f'{SEL}, pool="prefill"'
+    transfers = series(NIXL_XFER_TIME + "_count", decode)
     return Dashboard(
         "pdfleet-kv-transfer",
         "pdfleet / KV transfer",
-        "Decode-side KV pulls from prefill engines: time, bytes and failures, by rack locality.",
+        "NIXL KV transfers as vLLM reports them (vllm:nixl_*, recorded by the decode that pulls): time, volume and "
+        "failures; pairs by rack locality as the router chose them.",
         (
             Panel(
-                "Transfer time by locality",
+                "NIXL transfer time (decode engines)",
                 tuple(
-                    Query(histogram_quantile(q, KV + "seconds", "locality", SEL, W), f"{{{{locality}}}} p{q * 100:g}")
+                    Query(quantile(q, series(NIXL_XFER_TIME + "_bucket", decode), "namespace, pdd", W), f"p{q * 100:g}")
                     for q in QUANTILES
                 ),
                 unit="s",
             ),
             Panel(
-                "Bytes per second by locality",
-                (Query(f"sum by (locality) (rate({KV}bytes_total{{{SEL}}}[{W}]))", "{{locality}}"),),
+                "Transfers per second",
+                (Query(f"sum by (pod) (rate({transfers}[{W}]))", "{{pod}}"),),
+                unit="ops",
+            ),
+            Panel(
+                "Bytes per second",
+                (Query(f"sum(rate({series(NIXL_BYTES + '_sum', decode)}[{W}]))", "bytes"),),
                 unit="Bps",
             ),
             Panel(
-                "Transfer failures by reason",
-                (Query(f"sum by (reason) (rate({KV}failures_total{{{SEL}}}[{W}]))", "{{reason}}"),),
-                unit="ops",
+                "Mean transfer size",
+                (
+                    Query(
+                        ratio(
+                            f"sum(rate({series(NIXL_BYTES + '_sum', decode)}[{W}]))",
+                            f"sum(rate({series(NIXL_BYTES + '_count', decode)}[{W}]))",
+                        ),
+                        "bytes per transfer",
+                    ),
+                ),
+                unit="bytes",
             ),
             Panel(
-                "Router KV handshake failures by reason",
-                (Query(f"sum by (reason) (rate({ROUTER}kv_handshake_failures_total{{{SEL}}}[{W}]))", "{{reason}}"),),
+                "Transfer failures and expired KV",
+                (
+                    Query(f"sum(rate({series(NIXL_FAILED_TRANSFERS, decode)}[{W}]))", "failed transfers (decode)"),
+                    Query(
+                        f"sum(rate({series(NIXL_KV_EXPIRED, prefill)}[{W}]))",
+                        "KV expired unread (prefill)",
+                    ),
+                    Query(
+                        f"sum by (reason) (rate({ROUTER}kv_handshake_failures_total{{{SEL}}}[{W}]))",
+                        "router handshake {{reason}}",
+                    ),
+                ),
                 unit="ops",
+                description="Failed transfers: a decode could not pull a prefill's KV (the router retries or falls "
+                "back); expired KV: a prefill's blocks were not pulled within kv_lease_duration.",
+            ),
+            Panel(
+                "Prefill/decode pairs by rack locality (router)",
+                (Query(f"sum by (locality) (rate({ROUTER}pairs_total{{{SEL}}}[{W}]))", "{{locality}}"),),
+                unit="reqps",
             ),
         ),
     )
@@ -379,7 +433,7 @@ def _panel_json(panel: Panel, index: int) -> dict[str, Any]:
 
 def dashboard_json(dashboard: Dashboard) -> dict[str, Any]:
     """Grafana dashboard JSON model of `dashboard`."""
-    fleet_series = engine_series("running_gauge")
+    fleet_series = engine_series("running_gauge", "", ENGINE_POOLS)
     return {
         "uid": dashboard.uid,
         "title": dashboard.title,

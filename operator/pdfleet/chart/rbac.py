@@ -7,11 +7,13 @@ drifts silently. So the rules are computed from three places and written to char
 1. Kopf's registry after importing the handler modules `pdfleet operator` imports: every resource with an index or
    event handler is listed and watched; every resource with change handlers or daemons is also patched (Kopf writes
    its finalizer and progress annotations onto the object).
-2. `KubeClient` (pdfleet.cluster.kube): each method's HTTP verb is read from its `_call("VERB", ...)` by AST, and
+2. `KubeClient` (pdfleet.cluster.kube): each method's HTTP verb is read from its `_call("VERB", ...)` by AST (a GET of
+   a path ending in a name is `get`, of a collection `list`), and
    only methods the operator package calls on a `kube` object count (following calls between KubeClient methods, with
    their constant `subresource=` argument); a server-side apply PATCH also needs `create` (the apiserver authorizes an
    apply that creates the object as a create). Paths built with `collection_path` address CHILD_KINDS; `/apis/...`
-   paths address the PDDeployment (or its subresource); `/apis` alone is discovery.
+   paths address the PDDeployment (or its subresource); `SECRETS` paths the routers' admin token Secrets; `/apis` alone
+   is discovery.
 3. Kopf's own needs, declared here: posting Events, observing CRDs, and (only with peering) the peering objects.
 
 The rules are then split by scope. Cluster-scoped resources (Nodes, CRDs) can only be granted by a ClusterRole;
@@ -36,6 +38,7 @@ import yaml
 from pdfleet import API_GROUP, PLURAL
 
 HTTP_VERBS = {"GET": "list", "PATCH": "patch", "DELETE": "delete", "POST": "create", "PUT": "update"}
+ITEM_GET_VERB = "get"  # a GET of one named object (HTTP_VERBS' "list" is a GET of a collection)
 CORE_GROUP = ""
 Rule = tuple[str, str, str]  # (apiGroup, resource, verb)
 
@@ -62,6 +65,7 @@ CLUSTER_SCOPED_RESOURCES = {
 NAMESPACED_RESOURCES = {
     (CORE_GROUP, "pods"),
     (CORE_GROUP, "events"),
+    (CORE_GROUP, "secrets"),
     (API_GROUP, PLURAL),
     (PEERING_GROUP, "kopfpeerings"),
 }
@@ -105,8 +109,9 @@ def kopf_rules() -> set[Rule]:
 def http_calls(method: ast.FunctionDef) -> list[tuple[str, str]]:
     """(verb, target) of each `self._call("VERB", path, ...)` in a KubeClient method.
 
-    target: `children` (a CHILD_KINDS path), `custom` (a custom-object path, plus `/<subresource>` when the path
-    appends the method's `subresource` argument), `custom/status`-style literals, or `discovery` (`/apis`).
+    target: `children` (a CHILD_KINDS path), `secrets` (a SECRETS path), `custom` (a custom-object path, plus
+    `/<subresource>` when the path appends the method's `subresource` argument), `custom/status`-style literals, or
+    `discovery` (`/apis`).
     """
     assigned = {
         target.id: node.value
@@ -125,13 +130,16 @@ def http_calls(method: ast.FunctionDef) -> list[tuple[str, str]]:
         path_text = ast.unparse(path)
         if isinstance(path, ast.Constant) and path.value == "/apis":
             target = "discovery"
+        elif "SECRETS.collection_path" in path_text:
+            target = "secrets"
         elif "collection_path" in path_text:
             target = "children"
         elif "subresource" in path_text:
             target = "custom/{subresource}"
         else:
             target = "custom/status" if path_text.rstrip("'\"").endswith("/status") else "custom"
-        found.append((HTTP_VERBS[verb.value], target))
+        names_one = isinstance(path, ast.JoinedStr) and isinstance(path.values[-1], ast.FormattedValue)
+        found.append((ITEM_GET_VERB if verb.value == "GET" and names_one else HTTP_VERBS[verb.value], target))
         if any(k.arg == "content_type" and "apply-patch" in ast.unparse(k.value) for k in node.keywords):
             found.append(("create", target))  # server-side apply creates missing objects: authorized as create
     return found
@@ -178,6 +186,8 @@ def kube_client_rules() -> set[Rule]:
         for verb, target in http_calls(methods[name]):
             if target == "children":
                 rules.update((group, resource, verb) for group, resource in children)
+            elif target == "secrets":
+                rules.add((CORE_GROUP, "secrets", verb))
             elif target != "discovery":
                 resource = target.replace("custom", PLURAL).replace("{subresource}", subresource).rstrip("/")
                 rules.add((API_GROUP, resource, verb))

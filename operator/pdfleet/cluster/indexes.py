@@ -56,7 +56,19 @@ def pdb_index(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) ->
     return _index_children(namespace, labels, body)
 
 
-CHILD_INDEXES = ("statefulset_index", "deployment_index", "service_index", "configmap_index", "pdb_index")
+@kopf.index("networking.k8s.io", "v1", "networkpolicies", labels=MANAGED)
+def networkpolicy_index(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict:
+    return _index_children(namespace, labels, body)
+
+
+CHILD_INDEXES = (
+    "statefulset_index",
+    "deployment_index",
+    "service_index",
+    "configmap_index",
+    "pdb_index",
+    "networkpolicy_index",
+)
 
 
 def index_snapshot(index: kopf.Index, key: Any) -> list:

@@ -47,7 +47,11 @@ CHILD_KINDS: dict[str, ResourceType] = {
     "Service": ResourceType("v1", "services"),
     "ConfigMap": ResourceType("v1", "configmaps"),
     "PodDisruptionBudget": ResourceType("policy/v1", "poddisruptionbudgets"),
+    "NetworkPolicy": ResourceType("networking.k8s.io/v1", "networkpolicies"),
 }
+# The routers' admin token Secrets: read and created once, never applied, listed or deleted (the garbage collector
+# removes them with their PDDeployment), so they are no child kind.
+SECRETS = ResourceType("v1", "secrets")
 
 
 def content_hash(obj: dict[str, Any]) -> str:
@@ -160,6 +164,20 @@ class KubeClient:
     ) -> dict:
         """Merge-patch the status subresource of a custom object."""
         return self.patch_custom(group, version, plural, namespace, name, {"status": status}, subresource="status")
+
+    def read_secret(self, namespace: str, name: str) -> dict | None:
+        """The Secret, or None when there is none."""
+        try:
+            return self._call("GET", f"{SECRETS.collection_path(namespace)}/{name}")
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create_secret(self, obj: dict[str, Any]) -> dict:
+        """Create a Secret (409 when it exists: never overwritten)."""
+        API_WRITES.labels("Secret", "create").inc()
+        return self._call("POST", SECRETS.collection_path(obj["metadata"]["namespace"]), body=obj)
 
     def delete(self, kind: str, namespace: str | None, name: str) -> None:
         """Delete, letting the garbage collector remove dependents (pods of a StatefulSet) in the background."""

@@ -11,6 +11,7 @@ import os
 import uuid
 from dataclasses import dataclass, field
 
+from pdfleet.cli.argtypes import CommandParser, non_negative_int, positive_float, positive_int
 from pdfleet.engine.faults import Faults
 from pdfleet.perfmodel import presets
 from pdfleet.perfmodel.vllm_args import add_vllm_serve_arguments
@@ -65,7 +66,7 @@ class EngineSettings:
 
 
 def _parser(exit_on_error: bool = True) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog="pdfleet engine serve",
         allow_abbrev=False,
         exit_on_error=exit_on_error,
@@ -88,19 +89,25 @@ def _parser(exit_on_error: bool = True) -> argparse.ArgumentParser:
         default=presets.DEFAULT_INTRA_RACK,
         help=f"interconnect preset within a rack ({', '.join(presets.INTERCONNECTS)})",
     )
-    emu.add_argument("--emulator-cross-rack-link", default=presets.DEFAULT_CROSS_RACK)
+    emu.add_argument(
+        "--emulator-cross-rack-link",
+        default=presets.DEFAULT_CROSS_RACK,
+        help=f"interconnect preset between racks ({', '.join(presets.INTERCONNECTS)})",
+    )
     speed = emu.add_mutually_exclusive_group()
-    speed.add_argument("--emulator-speedup", type=float, default=1.0, help="divide every modelled time by FACTOR")
+    speed.add_argument(
+        "--emulator-speedup", type=positive_float, default=1.0, help="divide every modelled time by FACTOR"
+    )
     speed.add_argument("--emulator-zero-delay", action="store_true", help="answer at once (router benchmarks)")
     emu.add_argument(
         "--emulator-output-len",
-        type=int,
+        type=positive_int,
         default=256,
         help="tokens after which the emulated model emits EOS (unless ignore_eos)",
     )
     emu.add_argument(
         "--emulator-kv-ttl",
-        type=float,
+        type=positive_float,
         help="seconds a prefill keeps KV blocks for a pull (default: the kv-transfer-config's "
         f"kv_connector_extra_config.kv_lease_duration, else {KV_LEASE_DURATION_S:g} as vLLM 0.32)",
     )
@@ -108,14 +115,33 @@ def _parser(exit_on_error: bool = True) -> argparse.ArgumentParser:
         "--emulator-advertise-host",
         help="host put in remote_host (default: PDFLEET_ADVERTISE_HOST, POD_IP, --host, 127.0.0.1)",
     )
-    emu.add_argument("--rack", default=os.environ.get("PDFLEET_RACK", ""))
+    emu.add_argument("--rack", default=os.environ.get("PDFLEET_RACK", ""), help="this engine's rack (env PDFLEET_RACK)")
     faults = p.add_argument_group("fault injection")
-    faults.add_argument("--fault-fail-kv-source", type=int, default=0, metavar="N")
-    faults.add_argument("--fault-fail-kv-pull", type=int, default=0, metavar="N")
-    faults.add_argument("--fault-hang", action="store_true")
-    faults.add_argument("--fault-crash-after-tokens", type=int, metavar="K")
-    faults.add_argument("--fault-slowdown", type=float, default=1.0, metavar="FACTOR")
-    faults.add_argument("--fault-unhealthy", action="store_true")
+    faults.add_argument(
+        "--fault-fail-kv-source",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="fail the next N KV pulls served (as prefill)",
+    )
+    faults.add_argument(
+        "--fault-fail-kv-pull",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="fail the next N KV pulls made (as decode)",
+    )
+    faults.add_argument("--fault-hang", action="store_true", help="accept requests and never answer them")
+    faults.add_argument(
+        "--fault-crash-after-tokens",
+        type=positive_int,
+        metavar="K",
+        help="exit abruptly once a request has produced K tokens",
+    )
+    faults.add_argument(
+        "--fault-slowdown", type=positive_float, default=1.0, metavar="FACTOR", help="multiply every modelled time"
+    )
+    faults.add_argument("--fault-unhealthy", action="store_true", help="answer GET /health with 503")
     return p
 
 

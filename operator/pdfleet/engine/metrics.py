@@ -1,6 +1,6 @@
 """Prometheus metrics with vLLM 0.32's names, types, labels and bucket boundaries (vllm/v1/metrics/loggers.py and, for
 the NIXL connector, vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py), plus the emulator's own KV transfer
-series by rack locality (pdfleet_engine_kv_transfer_*, which the KV transfer dashboard reads)."""
+series by rack locality (pdfleet_engine_kv_transfer_*; the KV transfer dashboard reads vLLM's vllm:nixl_* instead)."""
 
 from __future__ import annotations
 

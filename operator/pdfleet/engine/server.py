@@ -26,7 +26,14 @@ from pdfleet.engine.kvcache import KvBlockPool
 from pdfleet.engine.metrics import CONTENT_TYPE, EngineMetrics
 from pdfleet.engine.scheduler import Scheduler, Sequence
 from pdfleet.perfmodel import presets
-from pdfleet.perfmodel.timing import Hardware, kv_bytes_per_token, kv_capacity_tokens, kv_transfer_time, transfer_link
+from pdfleet.perfmodel.timing import (
+    Hardware,
+    effective_max_model_len,
+    kv_bytes_per_token,
+    kv_capacity_tokens,
+    kv_transfer_time,
+    transfer_link,
+)
 
 log = logging.getLogger("pdfleet.engine")
 
@@ -112,8 +119,7 @@ def engine_limits(settings: EngineSettings) -> tuple[Hardware, int, int]:
             f"no memory left for the KV cache: {hw.model.name} on {settings.tensor_parallel_size} x "
             f"{hw.gpu.name} at gpu_memory_utilization {settings.gpu_memory_utilization}"
         )
-    max_model_len = min(settings.max_model_len or hw.model.max_model_len, capacity)
-    return hw, capacity // settings.block_size, max_model_len
+    return hw, capacity // settings.block_size, effective_max_model_len(hw.model, capacity, settings.max_model_len)
 
 
 class EngineServer:
@@ -446,6 +452,8 @@ class EngineServer:
         )
 
     async def _generate(self, kind: str, request: web.Request) -> web.StreamResponse:
+        if request.content_type != "application/json":  # vLLM validates the media type before the body
+            return error_response(400, "Unsupported Media Type: Only 'application/json' is allowed", "Bad Request")
         try:
             body = await request.json()
         except ValueError:

@@ -29,7 +29,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pdfleet.sim.trace import TraceRequest, add_shared_prefixes, read_trace
+from pdfleet.cli.argtypes import (
+    CommandParser,
+    fraction,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
+from pdfleet.sim.trace import TIME_UNITS, TraceRequest, add_shared_prefixes, read_trace
 from pdfleet.sim.workload import PROFILE_KINDS, LoadProfile, generate
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -345,40 +353,58 @@ def served_model(url: str, timeout_s: float = 5.0) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="pdfleet replay", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = CommandParser(prog="pdfleet replay", description=__doc__)
     p.add_argument("--url", required=True, help="router base URL, e.g. http://127.1.0.5:8080")
-    p.add_argument("--profile", choices=(*PROFILE_KINDS, "trace"), default="steady")
+    p.add_argument("--profile", choices=(*PROFILE_KINDS, "trace"), default="steady", help="load shape, or a trace file")
     p.add_argument(
         "--trace",
         type=Path,
         default=DEFAULT_TRACE,
         help="trace file for --profile trace (Azure CSV or generic CSV/JSONL); synthetic if absent",
     )
-    p.add_argument("--duration", type=float, default=60.0, help="seconds of load (trace: keep this much of it)")
-    p.add_argument("--rate", type=float, default=2.0, help="base request rate, req/s")
-    p.add_argument("--peak-rate", type=float, help="peak request rate for ramp/burst/diurnal (default 4x --rate)")
-    p.add_argument("--period", type=float, help="burst/diurnal period, s (default: --duration)")
-    p.add_argument("--burst-seconds", type=float, default=20.0, help="burst length, s")
-    p.add_argument("--prompt-tokens", type=int, default=600, help="median prompt length (synthetic)")
-    p.add_argument("--output-tokens", type=int, default=32, help="median output length (synthetic)")
-    p.add_argument("--length-sigma", type=float, default=0.4, help="log-normal sigma of both lengths (synthetic)")
-    p.add_argument("--speed", type=float, default=1.0, help="replay a trace file this many times faster")
-    p.add_argument("--max-requests", type=int, default=DEFAULT_MAX_REQUESTS)
-    p.add_argument("--prefix-groups", type=int, default=0, help="shared system prompts (synthetic; 0 = none)")
-    p.add_argument("--prefix-tokens", type=int, default=512)
-    p.add_argument("--prefix-share", type=float, default=0.5)
-    p.add_argument("--block-tokens", type=int, default=64, help="router prefixBlockTokens")
     p.add_argument(
-        "--vocab-size", type=int, default=VOCAB_SIZE, help="prompt token ids stay below this (the model's vocabulary)"
+        "--time-unit",
+        choices=tuple(TIME_UNITS),
+        help="unit of the trace's numeric arrival column where its format does not fix it (Mooncake JSONL: ms)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--duration", type=positive_float, default=60.0, help="seconds of load (trace: keep this much of it)"
+    )
+    p.add_argument("--rate", type=positive_float, default=2.0, help="base request rate, req/s")
+    p.add_argument(
+        "--peak-rate", type=positive_float, help="peak request rate for ramp/burst/diurnal (default 4x --rate)"
+    )
+    p.add_argument("--period", type=positive_float, help="burst/diurnal period, s (default: --duration)")
+    p.add_argument("--burst-seconds", type=positive_float, default=20.0, help="burst length, s")
+    p.add_argument("--prompt-tokens", type=positive_int, default=600, help="median prompt length (synthetic)")
+    p.add_argument("--output-tokens", type=positive_int, default=32, help="median output length (synthetic)")
+    p.add_argument(
+        "--length-sigma", type=non_negative_float, default=0.4, help="log-normal sigma of both lengths (synthetic)"
+    )
+    p.add_argument("--speed", type=positive_float, default=1.0, help="replay a trace file this many times faster")
+    p.add_argument("--max-requests", type=positive_int, default=DEFAULT_MAX_REQUESTS, help="send at most this many")
+    p.add_argument(
+        "--prefix-groups", type=non_negative_int, default=0, help="shared system prompts (synthetic; 0 = none)"
+    )
+    p.add_argument("--prefix-tokens", type=positive_int, default=512, help="length of each shared prompt (synthetic)")
+    p.add_argument(
+        "--prefix-share", type=fraction, default=0.5, help="share of requests with a shared prompt (synthetic)"
+    )
+    p.add_argument("--block-tokens", type=positive_int, default=64, help="router prefixBlockTokens")
+    p.add_argument(
+        "--vocab-size",
+        type=positive_int,
+        default=VOCAB_SIZE,
+        help="prompt token ids stay below this (the model's vocabulary)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic trace")
     p.add_argument("--model", help="model name to send (default: the router's first /v1/models entry)")
-    p.add_argument("--sla-ttft-ms", type=float, default=500.0)
-    p.add_argument("--sla-tpot-ms", type=float, default=50.0)
-    p.add_argument("--timeout", type=float, default=120.0, help="per-request timeout, s")
-    p.add_argument("--max-inflight", type=int, default=512)
+    p.add_argument("--sla-ttft-ms", type=positive_float, default=500.0, help="TTFT target the summary counts")
+    p.add_argument("--sla-tpot-ms", type=positive_float, default=50.0, help="TPOT target the summary counts")
+    p.add_argument("--timeout", type=positive_float, default=120.0, help="per-request timeout, s")
+    p.add_argument(
+        "--max-inflight", type=positive_int, default=512, help="requests in flight at most (more count as errors)"
+    )
     p.add_argument("--json", type=Path, help="also write the summary and per-request results here")
     p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --url")
     return p
@@ -388,7 +414,7 @@ def trace_from_args(args: argparse.Namespace) -> tuple[str, list[TraceRequest]]:
     """(description, requests) the command line asks for; a missing trace file falls back to synthetic."""
     if args.profile == "trace":
         if args.trace.is_file():
-            requests = read_trace(args.trace)
+            requests = read_trace(args.trace, time_unit=args.time_unit, block_tokens=args.block_tokens)
             return f"trace {args.trace.name} x{args.speed:g}", window_trace(
                 requests, args.speed, args.duration, args.max_requests
             )
@@ -418,7 +444,11 @@ def main(argv: list[str]) -> int:
     if not args.allow_remote and not is_loopback(args.url):
         print(f"pdfleet replay: {args.url} is not a loopback address (pass --allow-remote)", file=sys.stderr)
         return 2
-    description, requests = trace_from_args(args)
+    try:
+        description, requests = trace_from_args(args)
+    except ValueError as exc:
+        print(f"pdfleet replay: {exc}", file=sys.stderr)
+        return 2
     model = args.model or served_model(args.url)
     span = requests[-1].arrival if requests else 0.0
     print(f"replaying {len(requests)} requests ({description}) over {span:.0f} s to {args.url} as {model!r}")

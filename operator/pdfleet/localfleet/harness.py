@@ -18,12 +18,11 @@ token, slow enough that a few requests per second queue for real while the token
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import logging
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -33,8 +32,10 @@ from pdfleet.localfleet.controlplane import RACK_LABEL, LocalControlPlane, wait_
 from pdfleet.localfleet.discovery import PodTargetDiscovery
 from pdfleet.localfleet.operator_process import OperatorProcess, install_crd
 from pdfleet.localfleet.podrunner import LocalPodRunner
+from pdfleet.localfleet.processes import interrupts_deferred
 from pdfleet.localfleet.prometheus import PrometheusServer, ScrapeTarget, start_prometheus
 from pdfleet.render.fleet_view import pod_url
+from pdfleet.render.router_access import ADMIN_TOKEN_KEY, admin_secret_name
 
 log = logging.getLogger("pdfleet.fleet")
 T = TypeVar("T")
@@ -65,19 +66,6 @@ def ready_by_rack(pods: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]
             rack = labels.get(CELL_RACK_LABEL, "")
             counts[pool][rack] = counts[pool].get(rack, 0) + 1
     return counts
-
-
-@contextlib.contextmanager
-def _sigint_deferred() -> Iterator[None]:
-    """Ignore Ctrl-C while cleaning up (main thread only), so a second Ctrl-C cannot leave processes behind."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 # A kubelet refreshes mounted ConfigMaps on its sync period plus a cache TTL: up to about a minute. The local fleet
@@ -169,7 +157,7 @@ class LocalFleet:
 
     def stop(self) -> None:
         """Stop every process this fleet started (pods, discovery, Prometheus, operator, control plane); idempotent."""
-        with _sigint_deferred():
+        with interrupts_deferred():
             self._stack.close()
 
     def _operator_target(self) -> list[ScrapeTarget]:
@@ -273,9 +261,15 @@ class LocalFleet:
         port = self.get(namespace, name)["spec"].get("router", {}).get("adminPort", 8081)
         return pod_url(self._router_pod(namespace, name)["status"]["podIP"], port)
 
+    def router_admin_headers(self, namespace: str, name: str) -> dict[str, str]:
+        """The Authorization header of the router admin API: the token from the operator's Secret."""
+        secret = self.core.read_namespaced_secret(admin_secret_name(name), namespace)
+        return {"Authorization": "Bearer " + base64.b64decode(secret.data[ADMIN_TOKEN_KEY]).decode()}
+
     def router_endpoints(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """The router's view of its engines (`GET /admin/endpoints`)."""
-        reply = httpx.get(self.router_admin_url(namespace, name) + "/admin/endpoints", timeout=5.0, trust_env=False)
+        url = self.router_admin_url(namespace, name) + "/admin/endpoints"
+        reply = httpx.get(url, headers=self.router_admin_headers(namespace, name), timeout=5.0, trust_env=False)
         reply.raise_for_status()
         return reply.json()["endpoints"]
 

@@ -48,7 +48,7 @@ def install_crd(api_client: Any, timeout: float = 30.0) -> None:
 
 
 def kopf_peering_crd(kind: str) -> dict[str, Any]:
-    """Kopf's peering CRD `kind` (ClusterKopfPeering or KopfPeering) as the chart installs it (peering.yaml)."""
+    """Kopf's peering CRD `kind` (ClusterKopfPeering or KopfPeering) as the chart installs it (its crds/)."""
     plural = f"{kind.lower()}s"
     return {
         "apiVersion": "apiextensions.k8s.io/v1",

@@ -12,15 +12,16 @@ container port, as if it had its own network namespace):
 - anything else      -> the pod is reported as failing to start (no container runtime here).
 
 It reports the pod's IP, phase, readiness (probing the pod's real readinessProbe httpGet path), container restarts,
-materialises configMap volumes as files (refreshed when the ConfigMap changes, like the kubelet does) with their mount
-paths rewritten in the arguments, restarts exited processes with backoff, and on deletion stops the process (SIGTERM,
-SIGKILL after the pod's grace period) and removes the pod object. The same manifests that run on a real cluster run
-here unchanged. Engine processes learn the GPU they "run on" from their node's `nvidia.com/gpu.product` label
-(`PDFLEET_EMULATOR_GPU`), as a real engine would find the node's GPU.
+materialises configMap and secret volumes as files (refreshed when the object changes, like the kubelet does) with
+their mount paths rewritten in the arguments, restarts exited processes with backoff, and on deletion stops the
+process (SIGTERM, SIGKILL after the pod's grace period) and removes the pod object. The same manifests that run on a
+real cluster run here unchanged. Engine processes learn the GPU they "run on" from their node's `nvidia.com/gpu.product`
+label (`PDFLEET_EMULATOR_GPU`), as a real engine would find the node's GPU.
 """
 
 from __future__ import annotations
 
+import base64
 import ctypes
 import datetime
 import ipaddress
@@ -252,7 +253,7 @@ class RunningPod:
     argv: list[str] | None
     env: dict[str, str]
     probe: Probe | None
-    config_volumes: dict[str, tuple[str, Path]]  # volume name -> (configMap name, local dir)
+    config_volumes: dict[str, tuple[str, str, Path]]  # volume name -> ("configMap" | "secret", object name, local dir)
     niceness: int = 0
     process: subprocess.Popen | None = None
     restarts: int = 0
@@ -373,7 +374,7 @@ class LocalPodRunner:
 
     def _sync(self) -> None:
         seen = set()
-        config_maps: dict[tuple[str, str], dict[str, str] | None] = {}
+        config_maps: dict[tuple[str, str, str], dict[str, str] | None] = {}
         for pod in self._list_bound_pods():
             if not self._mine(pod):
                 continue
@@ -408,7 +409,9 @@ class LocalPodRunner:
             local.mkdir(parents=True, exist_ok=True)
             mounts[mount["mountPath"]] = local
             if "configMap" in volume:
-                config_volumes[mount["name"]] = (volume["configMap"]["name"], local)
+                config_volumes[mount["name"]] = ("configMap", volume["configMap"]["name"], local)
+            elif "secret" in volume:
+                config_volumes[mount["name"]] = ("secret", volume["secret"]["secretName"], local)
         argv = local_argv(list(container.get("command") or []) + list(container.get("args") or []), ip, self.vllm)
         running = RunningPod(
             uid=meta["uid"],
@@ -437,19 +440,24 @@ class LocalPodRunner:
         except ApiException:
             return {}
 
-    def _refresh_config(self, pod: RunningPod, cache: dict[tuple[str, str], dict[str, str] | None]) -> bool:
-        """Write the pod's configMap volumes; False while one is missing (the kubelet would not start the pod)."""
+    def _refresh_config(self, pod: RunningPod, cache: dict[tuple[str, str, str], dict[str, str] | None]) -> bool:
+        """Write the pod's configMap and secret volumes; False while one is missing (the kubelet would not start the
+        pod)."""
         from kubernetes.client.exceptions import ApiException
 
         now = time.monotonic()
         if pod.config_synced_at is not None and now - pod.config_synced_at < self.config_sync_s:
             return True  # written before, not due yet
         complete = True
-        for config_map, local in pod.config_volumes.values():
-            key = (pod.namespace, config_map)
+        for source, object_name, local in pod.config_volumes.values():
+            key = (pod.namespace, source, object_name)
             if key not in cache:
                 try:
-                    cache[key] = self.core.read_namespaced_config_map(config_map, pod.namespace).data or {}
+                    if source == "secret":
+                        encoded = self.core.read_namespaced_secret(object_name, pod.namespace).data or {}
+                        cache[key] = {k: base64.b64decode(v).decode() for k, v in encoded.items()}
+                    else:
+                        cache[key] = self.core.read_namespaced_config_map(object_name, pod.namespace).data or {}
                 except ApiException:
                     cache[key] = None
             data = cache[key]

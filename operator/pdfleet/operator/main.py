@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import random
@@ -11,6 +10,8 @@ from typing import Any
 
 import kopf
 from prometheus_client import REGISTRY, start_http_server
+
+from pdfleet.cli.argtypes import CommandParser, port_or_zero, positive_int
 
 log = logging.getLogger("pdfleet.operator")
 
@@ -47,7 +48,7 @@ def peering_options(
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="pdfleet operator", description=__doc__)
+    parser = CommandParser(prog="pdfleet operator", description=__doc__)
     parser.add_argument(
         "--namespace",
         "-n",
@@ -58,10 +59,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--metrics-address",
         default="0.0.0.0",
-        help="address the Prometheus metrics port listens on; default all interfaces, so Prometheus can scrape the pod"
+        help="address the Prometheus metrics port listens on: all interfaces, so Prometheus can scrape the pod"
         " IP (unauthenticated: restrict it with a NetworkPolicy, or 127.0.0.1 behind a proxy; docs/security.md)",
     )
-    parser.add_argument("--metrics-port", type=int, default=9090, help="Prometheus metrics port (0 disables)")
+    parser.add_argument("--metrics-port", type=port_or_zero, default=9090, help="Prometheus metrics port (0 disables)")
     parser.add_argument(
         "--health-address",
         default="127.0.0.1:8080",
@@ -82,13 +83,13 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument(
         "--peering-lifetime",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="SECONDS",
         help="how long peers count this replica alive after its last keep-alive: a killed active replica is replaced"
         " within about this long; default Kopf's 60",
     )
-    parser.add_argument("--verbose", "-v", action="store_true")
+    parser.add_argument("--verbose", "-v", action="store_true", help="log debug messages")
     args = parser.parse_args(argv)
 
     logging.basicConfig(

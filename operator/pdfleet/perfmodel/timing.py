@@ -84,6 +84,11 @@ def kv_capacity_tokens(hw: Hardware, gpu_memory_utilization: float = 0.9) -> int
     return max(0, int(budget // kv_bytes_per_token(hw.model, hw.kv_cache_dtype)))
 
 
+def effective_max_model_len(model: ModelPreset, kv_capacity: int, configured: int | None = None) -> int:
+    """Longest prompt + output an engine accepts: the configured (else the model's) context, capped by its KV cache."""
+    return min(configured or model.max_model_len, kv_capacity)
+
+
 def chunk_attention_pairs(context_before: int, chunk_tokens: int) -> int:
     """Sum of attended context lengths for a causal prefill chunk of `chunk_tokens` after `context_before` tokens."""
     return chunk_tokens * context_before + chunk_tokens * (chunk_tokens + 1) // 2

@@ -19,19 +19,33 @@ BATCH_LIMIT_DEFAULTS: dict[str, Any] = {
 
 def add_vllm_serve_arguments(group: argparse._ActionsContainer) -> None:
     """Add the `vllm serve` flags the emulator and the replica model read (vLLM's defaults) to a parser or group."""
-    group.add_argument("--model", dest="model_flag")
-    group.add_argument("--host", default="0.0.0.0")
-    group.add_argument("--port", type=int, default=8000)
-    group.add_argument("--served-model-name", nargs="+")
-    group.add_argument("--kv-transfer-config")
-    group.add_argument("--kv-cache-dtype", default="auto")
-    group.add_argument("--max-num-seqs", type=int, default=BATCH_LIMIT_DEFAULTS["max_num_seqs"])
-    group.add_argument("--max-num-batched-tokens", type=int, default=BATCH_LIMIT_DEFAULTS["max_num_batched_tokens"])
-    group.add_argument("--gpu-memory-utilization", type=float, default=BATCH_LIMIT_DEFAULTS["gpu_memory_utilization"])
-    group.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
-    group.add_argument("--max-model-len", type=int)
-    group.add_argument("--block-size", type=int, default=16)
-    group.add_argument("--kv-load-failure-policy", choices=("fail", "recompute"))
+    group.add_argument("--model", dest="model_flag", help="model to serve (instead of the positional model)")
+    group.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    group.add_argument("--port", type=int, default=8000, help="HTTP port")
+    group.add_argument("--served-model-name", nargs="+", help="names clients use (default: the model)")
+    group.add_argument("--kv-transfer-config", help="KVTransferConfig JSON (kv_connector, kv_role, ...)")
+    group.add_argument("--kv-cache-dtype", default="auto", help="KV cache data type")
+    group.add_argument(
+        "--max-num-seqs", type=int, default=BATCH_LIMIT_DEFAULTS["max_num_seqs"], help="sequences per batch at most"
+    )
+    group.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=BATCH_LIMIT_DEFAULTS["max_num_batched_tokens"],
+        help="tokens per batch at most",
+    )
+    group.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=BATCH_LIMIT_DEFAULTS["gpu_memory_utilization"],
+        help="share of GPU memory for weights and KV cache",
+    )
+    group.add_argument("--tensor-parallel-size", "-tp", type=int, default=1, help="GPUs per replica")
+    group.add_argument("--max-model-len", type=int, help="context length (default: the model's)")
+    group.add_argument("--block-size", type=int, default=16, help="tokens per KV cache block")
+    group.add_argument(
+        "--kv-load-failure-policy", choices=("fail", "recompute"), help="what a decode does when a KV pull fails"
+    )
 
 
 def vllm_batch_limits(args: list[str]) -> dict[str, Any]:

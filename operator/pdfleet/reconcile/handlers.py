@@ -18,14 +18,16 @@ from typing import Any
 import kopf
 from prometheus_client import Counter, Histogram
 
-from pdfleet import API_GROUP, API_VERSION, PLURAL
+from pdfleet import API_GROUP, API_VERSION, OPERATOR_IMAGE, PLURAL
 from pdfleet.cluster.events import post_events
 from pdfleet.cluster.indexes import CHILD_INDEXES, MANAGED, body_snapshot, index_snapshot
 from pdfleet.cluster.kube import KubeClient, load_api_client
+from pdfleet.cluster.lifetimes import deleted, without_finalizer
 from pdfleet.cluster.observed import PodState
-from pdfleet.cluster.router_admin import push_fleet_view, router_admin_urls
+from pdfleet.cluster.router_admin import AdminTokens, router_admin_urls, sync_fleet_view
 from pdfleet.reconcile.plan import ReconcilePlan, RouterView, plan_reconcile, status_patch
 from pdfleet.render.meta import LABEL_INSTANCE
+from pdfleet.render.router_access import AdminClients
 
 log = logging.getLogger("pdfleet.operator")
 
@@ -45,14 +47,21 @@ FLEET_PUSHES = Counter(
     "Fleet views PUT to router replicas (failed: the router reads the ConfigMap file later)",
     ["result"],
 )
+ROUTER_VIEW_REPAIRS = Counter(
+    "pdfleet_operator_router_view_repairs_total",
+    "Router replicas found running a fleet view the operator did not write, and replaced",
+    ["namespace", "pdd"],
+)
 
 RESYNC_SECONDS = float(os.environ.get("PDFLEET_RESYNC_SECONDS", "30"))
 DEBOUNCE_SECONDS = 0.2  # batch the burst of pod/child events one scale-up causes
 PUSH_RETRY_SECONDS = 2.0  # a router that did not take its fleet view (still starting) is tried again this soon
 
 _wakeups: dict[tuple[str, str], asyncio.Event] = {}
-# Per PDDeployment: the fleet-view revision last pushed and the router pods that hold it.
-_router_pushes: dict[tuple[str, str], tuple[int, frozenset[str]]] = {}
+# Per PDDeployment: the newest (generation, revision) of fleet view this process pushed, and what the last sync
+# found routers running that it did not write (reported as Degraded by the next plan).
+_newest_pushed: dict[tuple[str, str], tuple[int, int]] = {}
+_view_conflicts: dict[tuple[str, str], str] = {}
 # The last body each reconcile saw, for the fleet-state metrics collector (pdfleet.operator.fleet_metrics).
 FLEETS: dict[tuple[str, str], dict[str, Any]] = {}
 
@@ -77,7 +86,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.watching.server_timeout = 300
     memo.kube = KubeClient(load_api_client())
     memo.kube.discover_versions()
-    memo.operator_image = os.environ.get("PDFLEET_OPERATOR_IMAGE", "ghcr.io/pdfleet/pdfleet:0.1.0")
+    memo.operator_image = os.environ.get("PDFLEET_OPERATOR_IMAGE", OPERATOR_IMAGE)
+    memo.admin_clients = AdminClients.from_env(os.environ)
+    memo.admin_tokens = AdminTokens()
     log.info("PodDisruptionBudget API: %s", memo.kube.api_version_of("PodDisruptionBudget"))
 
 
@@ -90,6 +101,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 @kopf.on.event("v1", "services", labels=MANAGED)
 @kopf.on.event("v1", "configmaps", labels=MANAGED)
 @kopf.on.event("policy", "poddisruptionbudgets", labels=MANAGED)
+@kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels=MANAGED)
 def child_changed(namespace: str, labels: kopf.Labels, **_: Any) -> None:
     _wake(namespace, labels.get(LABEL_INSTANCE))
 
@@ -104,14 +116,6 @@ def node_changed(**_: Any) -> None:
 @kopf.on.resume(API_GROUP, API_VERSION, PLURAL)
 def pddeployment_changed(namespace: str, name: str, **_: Any) -> None:
     _wake(namespace, name)
-
-
-@kopf.on.delete(API_GROUP, API_VERSION, PLURAL, optional=True)
-def pddeployment_deleted(namespace: str, name: str, **_: Any) -> None:
-    # Children carry owner references: the garbage collector removes them; nothing to do but forget the loop.
-    _wakeups.pop((namespace, name), None)
-    FLEETS.pop((namespace, name), None)
-    _router_pushes.pop((namespace, name), None)
 
 
 # --- the reconcile loop ----------------------------------------------------------------------------------------
@@ -138,40 +142,61 @@ def execute_plan(kube: KubeClient, body: dict, plan: ReconcilePlan) -> int:
     return writes
 
 
-def push_to_routers(key: tuple[str, str], router_view: RouterView, pods: list[PodState]) -> bool:
-    """PUT the fleet view to each running router that has not taken this revision yet: after a change, and to a
-    router that started or missed a push since (its file may be a sync period old). Returns False when a router did
-    not take it (not listening yet, or unreachable): the caller retries soon; the ConfigMap file reaches it anyway."""
-    revision = router_view.view["revision"]
-    pushed_revision, taken = _router_pushes.get(key, (0, frozenset()))
-    if pushed_revision != revision:
-        taken = frozenset()
-    routers = {
-        name: url
-        for name, url in router_admin_urls(pods, router_view.admin_port, ready_only=False).items()
-        if name not in taken
-    }
+def push_to_routers(
+    kube: KubeClient, tokens: AdminTokens, pdd: dict[str, Any], router_view: RouterView, pods: list[PodState]
+) -> bool:
+    """Bring every running router to the fleet view: read each one's view back and PUT it where it differs (after a
+    change, to a router that started or missed a push since: its file may be a sync period old), replacing a view the
+    operator did not write (recorded for the next plan's Degraded condition, counted, logged). Returns False when a
+    router is not in sync (not listening yet, unreachable, or just repaired): the caller reconciles again soon."""
+    key = (pdd["metadata"]["namespace"], pdd["metadata"]["name"])
+    view = router_view.view
+    routers = router_admin_urls(pods, router_view.admin_port, ready_only=False)
     if not routers:
         return True
-    newly, failures = push_fleet_view(routers, router_view.view)
-    _router_pushes[key] = (revision, taken | frozenset(newly))
+    desired = (int(view["generation"]), int(view["revision"]))
+    newest = max(_newest_pushed.get(key, desired), desired)
+    result = sync_fleet_view(routers, view, tokens.token(kube, pdd), newest)
+    _newest_pushed[key] = newest
+    if result.unauthorized:
+        tokens.forget(pdd)  # the Secret was replaced: read it again
     ready = {pod.name for pod in pods if pod.ready}
-    for failure in failures:  # a starting router is not listening yet; a Ready one should be
+    for failure in result.failures:  # a starting router is not listening yet; a Ready one should be
         level = logging.WARNING if failure.split(":", 1)[0] in ready else logging.DEBUG
-        log.log(level, "fleet view revision %d not pushed to router %s", revision, failure)
-    FLEET_PUSHES.labels("ok").inc(len(newly))
-    FLEET_PUSHES.labels("failed").inc(len(failures))
-    return not failures
+        log.log(level, "fleet view revision %d not synced to router %s", desired[1], failure)
+    if result.repaired:
+        ROUTER_VIEW_REPAIRS.labels(*key).inc(len(result.repaired))
+        _view_conflicts[key] = (
+            f"router {', '.join(sorted(result.repaired))} ran a fleet view the operator did not write (newer than"
+            f" its revision {desired[1]}); replaced with the operator's view"
+        )
+        log.warning("%s/%s: %s", *key, _view_conflicts[key])
+    elif not result.failures:
+        _view_conflicts.pop(key, None)  # every router runs the operator's view: the next plan clears Degraded
+    FLEET_PUSHES.labels("ok").inc(len(result.in_sync))
+    FLEET_PUSHES.labels("failed").inc(len(result.failures))
+    return not result.failures and not result.repaired
 
 
+def _forget(key: tuple[str, str], wakeup: asyncio.Event) -> None:
+    """Drop a deleted PDDeployment's loop state (children carry owner references: the garbage collector removes them),
+    unless a new object of the same name already took its place."""
+    if _wakeups.get(key) is wakeup:
+        del _wakeups[key]
+        FLEETS.pop(key, None)
+        _newest_pushed.pop(key, None)
+        _view_conflicts.pop(key, None)
+
+
+@without_finalizer
 @kopf.daemon(API_GROUP, API_VERSION, PLURAL, cancellation_timeout=10)
 async def reconcile_daemon(
     namespace: str, name: str, body: kopf.Body, stopped: kopf.DaemonStopped, memo: kopf.Memo, **kwargs: Any
 ) -> None:
-    wakeup = _wakeups.setdefault((namespace, name), asyncio.Event())
+    wakeup = _wakeups[(namespace, name)] = asyncio.Event()
     wakeup.set()
     next_resync = 0.0
-    while not stopped:
+    while not stopped and not deleted(body):
         try:
             await asyncio.wait_for(wakeup.wait(), timeout=1.0)  # short, so a stop is noticed within a second
         except asyncio.TimeoutError:
@@ -182,8 +207,8 @@ async def reconcile_daemon(
         next_resync = time.monotonic() + RESYNC_SECONDS
         key = (namespace, name)
         snapshot = body_snapshot(body)
-        if snapshot["metadata"].get("deletionTimestamp"):
-            continue  # the garbage collector is removing the children: re-applying them would race it
+        if deleted(snapshot):
+            break  # the garbage collector is removing the children: re-applying them would race it
         FLEETS[key] = snapshot
         started = time.perf_counter()
         try:
@@ -197,11 +222,14 @@ async def reconcile_daemon(
                 pdb_api_version=memo.kube.api_version_of("PodDisruptionBudget"),
                 operator_image=memo.operator_image,
                 now=_now(),
+                admin_clients=memo.admin_clients,
+                router_view_conflict=_view_conflicts.get(key),
             )
             writes = await asyncio.to_thread(execute_plan, memo.kube, snapshot, plan)
             RECONCILE_WRITES.labels(namespace, name).inc(writes)
+            pods = index_snapshot(kwargs["pod_index"], key)
             if plan.router_view is not None and not await asyncio.to_thread(
-                push_to_routers, key, plan.router_view, index_snapshot(kwargs["pod_index"], key)
+                push_to_routers, memo.kube, memo.admin_tokens, snapshot, plan.router_view, pods
             ):
                 next_resync = time.monotonic() + PUSH_RETRY_SECONDS
             post_events(body, plan.events)
@@ -213,3 +241,5 @@ async def reconcile_daemon(
             next_resync = time.monotonic() + 5
         finally:
             RECONCILE_SECONDS.observe(time.perf_counter() - started)
+    if deleted(body):
+        _forget((namespace, name), wakeup)

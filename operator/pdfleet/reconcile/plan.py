@@ -12,16 +12,28 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from pdfleet import POOLS
-from pdfleet.api.model import PDDeploymentSpec, SpecError, applied_unknown_fields, parse_spec, validate_name
+from pdfleet.api.model import (
+    PDDeploymentSpec,
+    PoolSpec,
+    PoolStatus,
+    SpecError,
+    applied_unknown_fields,
+    parse_spec,
+    validate_name,
+)
 from pdfleet.cluster.events import Event
 from pdfleet.cluster.kube import APPLIED_HASH_ANNOTATION, with_applied_hash
 from pdfleet.cluster.observed import ChildState, PodState
 from pdfleet.render.children import render_fleet
 from pdfleet.render.fleet_view import build_fleet_view
-from pdfleet.render.meta import Owner
+from pdfleet.render.meta import Owner, selector_labels
 from pdfleet.render.router import render_router_configmap
+from pdfleet.render.router_access import AdminClients
 from pdfleet.topology.inventory import node_info
+from pdfleet.topology.names import router_name
 from pdfleet.topology.placement import Placement, PlacementError, plan_placement
+
+DEFAULT_REPLICAS = PoolSpec.model_fields["replicas"].default
 
 
 @dataclass(frozen=True)
@@ -62,15 +74,18 @@ def merge_conditions(
     return merged, changed
 
 
-def pool_status(pool: str, desired: int, pods: Sequence[PodState]) -> dict[str, Any]:
+def pool_status(pool: str, desired: int, pods: Sequence[PodState], pdd_name: str = "") -> dict[str, Any]:
+    """status.<pool>: replica counts and the label selector of the pool's pods (what the scale subresource reports)."""
     mine = [p for p in pods if p.pool == pool and not p.terminating]
-    ready = sum(p.ready for p in mine)
-    return {
-        "desiredReplicas": desired,
-        "currentReplicas": len(mine),
-        "readyReplicas": ready,
-        "summary": f"{ready}/{desired}",
-    }
+    selector = ",".join(f"{key}={value}" for key, value in selector_labels(pdd_name, pool).items()) if pdd_name else ""
+    return PoolStatus.of(desired, len(mine), sum(p.ready for p in mine), selector).model_dump(by_alias=True)
+
+
+def asked_replicas(spec: Any, pool: str) -> int:
+    """spec.<pool>.replicas of a spec that did not validate: the count it asks for, its default when unset, else 0."""
+    pool_spec = spec.get(pool) if isinstance(spec, Mapping) else None
+    value = pool_spec.get("replicas", DEFAULT_REPLICAS) if isinstance(pool_spec, Mapping) else DEFAULT_REPLICAS
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def cell_status(placement: Placement, pods: Sequence[PodState]) -> list[dict[str, Any]]:
@@ -110,9 +125,14 @@ def unknown_fields_condition(unknown: Sequence[str], previous: Mapping[str, Any]
 
 
 def _fleet_conditions(
-    pools: Mapping[str, Mapping[str, Any]], children: Sequence[ChildState], pods: Sequence[PodState]
+    pools: Mapping[str, Mapping[str, Any]],
+    placed: Mapping[str, int],
+    children: Sequence[ChildState],
+    pods: Sequence[PodState],
+    stalled: tuple[str, str],
 ) -> list[dict[str, str]]:
-    """Ready / Progressing from what runs, whatever the current spec says."""
+    """Ready / Progressing from what runs against what the spec asks. `placed`: replicas per pool the operator runs
+    cells for; `stalled`: (reason, message) of why the rest of what the spec asks cannot come (by waiting)."""
     unschedulable = sorted({p.unschedulable_message for p in pods if p.unschedulable_message})
     routers = [c for c in children if c.kind == "Deployment"]
     router_ready = any(c.ready_replicas > 0 for c in routers)
@@ -124,24 +144,73 @@ def _fleet_conditions(
         and (c.observed_generation < c.generation or c.updated_replicas < c.replicas)
     ]
     not_ready = [f"{p} {pools[p]['summary']}" for p in POOLS if pools[p]["readyReplicas"] < pools[p]["desiredReplicas"]]
+    coming = [p for p in POOLS if pools[p]["readyReplicas"] < min(placed[p], pools[p]["desiredReplicas"])]
     if pools_ready and router_ready:
         ready = _condition("Ready", True, "FleetReady", "all prefill and decode replicas and the router are ready")
     elif unschedulable:
         ready = _condition("Ready", False, "Unschedulable", "pods cannot be scheduled: " + "; ".join(unschedulable))
+    elif not_ready and not coming:
+        ready = _condition("Ready", False, stalled[0], f"{', '.join(not_ready)}: {stalled[1]}")
     else:
         waiting = not_ready + ([] if router_ready else ["router not ready"])
         ready = _condition("Ready", False, "Waiting", "waiting for " + ", ".join(waiting))
-    progressing = (
-        _condition("Progressing", True, "RollingOut", "rolling out " + ", ".join(rolling))
-        if rolling
-        else _condition(
-            "Progressing",
-            bool(not_ready),
-            "ScalingPods" if not_ready else "Stable",
-            ("replicas not ready: " + ", ".join(not_ready)) if not_ready else "fleet matches its spec",
+    if unschedulable:  # a rollout or scale-up that waits on the scheduler is not progressing
+        progressing = _condition(
+            "Progressing", False, "Unschedulable", "pods cannot be scheduled: " + "; ".join(unschedulable)
         )
-    )
+    elif rolling:
+        progressing = _condition("Progressing", True, "RollingOut", "rolling out " + ", ".join(rolling))
+    elif coming:
+        progressing = _condition("Progressing", True, "ScalingPods", "replicas not ready: " + ", ".join(not_ready))
+    elif not_ready:
+        progressing = _condition("Progressing", False, stalled[0], f"{', '.join(not_ready)}: {stalled[1]}")
+    else:
+        progressing = _condition("Progressing", False, "Stable", "fleet matches its spec")
     return [ready, progressing]
+
+
+def router_serves_condition(spec: PDDeploymentSpec | None, previous: Mapping[str, Any] | None) -> dict[str, str] | None:
+    """RouterServes: False for an engine whose PD handshake the router does not speak (SGLang), True again once the
+    engine is one it does (only when it was reported before, so a vLLM fleet shows no such condition)."""
+    if spec is not None and spec.engine.kind != "vllm":
+        return _condition(
+            "RouterServes",
+            False,
+            "EngineNotServedByRouter",
+            f"the router speaks only vLLM's prefill/decode handshake, so it cannot serve disaggregated requests through"
+            f" {spec.engine.kind} engines yet; the engines are deployed, reach them through their pool Services",
+        )
+    if previous is not None and spec is not None:
+        return _condition("RouterServes", True, "EngineServedByRouter", f"the router serves {spec.engine.kind}")
+    return None
+
+
+def sla_condition(spec: PDDeploymentSpec | None, autoscaler: Mapping[str, Any]) -> dict[str, str]:
+    """SLAMet from the latency signals the autoscaler last read (autoscaled pools only): each pool's percentile
+    against its SLA target (TTFT for prefill, TPOT for decode)."""
+    metrics = autoscaler.get("metrics") or {}
+    measured: list[tuple[str, float, float]] = []
+    if spec is not None and metrics.get("available"):
+        label = f"p{spec.sla.percentile:g}"
+        for pool, signal, target in (
+            ("prefill", f"ttft_{label}_ms", spec.sla.ttft_ms),
+            ("decode", f"itl_{label}_ms", spec.sla.tpot_ms),
+        ):
+            value = ((autoscaler.get(pool) or {}).get("signals") or {}).get(signal)
+            if spec.pool(pool).autoscaling.enabled and isinstance(value, (int, float)):
+                measured.append((f"{pool} {'TTFT' if pool == 'prefill' else 'TPOT'} {label}", value, target))
+    if not measured:
+        return {
+            "type": "SLAMet",
+            "status": "Unknown",
+            "reason": "NotMeasured",
+            "message": "no latency reading: the autoscaler reads it from Prometheus for autoscaled pools with traffic",
+        }
+    text = ", ".join(
+        f"{what} {value:.0f} ms {'>' if value > target else '<='} {target:g} ms" for what, value, target in measured
+    )
+    violated = any(value > target for _, value, target in measured)
+    return _condition("SLAMet", not violated, "Violated" if violated else "Met", text)
 
 
 def plan_reconcile(
@@ -153,8 +222,12 @@ def plan_reconcile(
     pdb_api_version: str,
     operator_image: str,
     now: str,
+    admin_clients: AdminClients = AdminClients(),
+    router_view_conflict: str | None = None,
 ) -> ReconcilePlan:
-    """Decide everything one reconcile of `pdd` (a PDDeployment body as a dict) should write."""
+    """Decide everything one reconcile of `pdd` (a PDDeployment body as a dict) should write. `admin_clients`: who
+    the router NetworkPolicy admits to the admin port; `router_view_conflict`: what the last fleet-view sync found
+    routers running that the operator did not write (and replaced), or None."""
     meta = pdd["metadata"]
     old_status = dict(pdd.get("status") or {})
     generation = int(meta.get("generation") or 0)
@@ -182,7 +255,12 @@ def plan_reconcile(
         fleet_record = fleet_view.record
         router_view = RouterView(fleet_view.view, spec.router.admin_port)
         desired = render_fleet(
-            owner, spec, placement, pdb_api_version=pdb_api_version, operator_image=operator_image
+            owner,
+            spec,
+            placement,
+            pdb_api_version=pdb_api_version,
+            operator_image=operator_image,
+            admin_clients=admin_clients,
         ) + [render_router_configmap(owner, fleet_view.view)]
         running = {(c.kind, c.name): c.applied_hash for c in children}
         for obj in map(with_applied_hash, desired):
@@ -191,17 +269,32 @@ def plan_reconcile(
                 applies.append(obj)
         wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
         deletes = sorted((c.kind, c.name) for c in children if (c.kind, c.name) not in wanted)
-        pools = {pool: pool_status(pool, getattr(spec, pool).replicas, pods) for pool in POOLS}
         cells = cell_status(placement, pods)
     else:
-        # Keep reporting what runs under the last good spec.
-        pools = {
-            pool: pool_status(pool, int((old_status.get(pool) or {}).get("desiredReplicas") or 0), pods)
-            for pool in POOLS
-        }
-        cells = old_status.get("cells") or []
+        cells = old_status.get("cells") or []  # what runs under the last good spec and placement
+    placed = {pool: sum(int(c.get("desired") or 0) for c in cells if c.get("pool") == pool) for pool in POOLS}
+    if spec is not None:
+        asked = {pool: spec.pool(pool).replicas for pool in POOLS}
+    elif children:  # a rejected update: the operator keeps working toward its last valid spec
+        asked = {pool: int((old_status.get(pool) or {}).get("desiredReplicas") or 0) for pool in POOLS}
+    else:
+        asked = {pool: asked_replicas(pdd.get("spec"), pool) for pool in POOLS}
+    pools = {pool: pool_status(pool, asked[pool], pods, owner.name) for pool in POOLS}
 
-    conditions = _fleet_conditions(pools, children, pods)
+    if spec_problem is not None:
+        rejected = (
+            "the latest spec was rejected; the fleet keeps running its last valid spec"
+            if children
+            else "the spec was rejected and no earlier spec was valid, so nothing was created"
+        )
+        stalled = ("InvalidSpec", rejected)
+    elif placement_problem is not None:
+        stalled = (placement_problem.reason, placement_problem.message)
+    elif placement is not None and placement.issues:
+        stalled = (placement.issues[0].reason, "; ".join(issue.message for issue in placement.issues))
+    else:
+        stalled = ("Waiting", "waiting for replicas")
+    conditions = _fleet_conditions(pools, placed, children, pods, stalled)
     conditions.append(
         _condition(
             "InvalidSpec",
@@ -220,14 +313,9 @@ def plan_reconcile(
             )
         )
     elif spec_problem is not None:
-        conditions.append(
-            _condition(
-                "Degraded",
-                True,
-                "SpecRejected",
-                "the latest spec was rejected; the fleet keeps running its last valid spec",
-            )
-        )
+        conditions.append(_condition("Degraded", True, "SpecRejected", stalled[1]))
+    elif router_view_conflict is not None:
+        conditions.append(_condition("Degraded", True, "RouterViewTampered", router_view_conflict))
     elif placement is not None and placement.issues:
         conditions.append(
             _condition(
@@ -247,7 +335,14 @@ def plan_reconcile(
             )
         )
 
-    previous_unknown = next((c for c in old_status.get("conditions") or [] if c.get("type") == "UnknownFields"), None)
+    previous = {c.get("type"): c for c in old_status.get("conditions") or []}
+    conditions.append(sla_condition(spec, old_status.get("autoscaler") or {}))
+    serves = router_serves_condition(spec, previous.get("RouterServes"))
+    if serves is not None:
+        conditions.append(serves)
+        if serves["status"] == "False" and conditions[0]["status"] == "True":  # conditions[0] is Ready
+            conditions[0] = _condition("Ready", False, serves["reason"], "pods are ready, but " + serves["message"])
+    previous_unknown = previous.get("UnknownFields")
     unknown = unknown_fields_condition(applied_unknown_fields(meta, pdd.get("spec")), previous_unknown)
     if unknown is not None:
         conditions.append(unknown)
@@ -267,6 +362,8 @@ def plan_reconcile(
         ("Ready", "False"),
         ("MetricsAvailable", "False"),
         ("UnknownFields", "True"),
+        ("SLAMet", "False"),
+        ("RouterServes", "False"),
     }
     events = tuple(
         Event(
@@ -276,6 +373,9 @@ def plan_reconcile(
         if old_status.get("conditions") is not None or (c["type"], c["status"]) in warn_on
     )
     status = {**old_status, "observedGeneration": generation, **pools, "cells": cells, "conditions": merged}
+    if spec is not None:
+        status["model"] = spec.model.served_name
+        status["routerUrl"] = f"http://{router_name(owner.name)}.{owner.namespace}.svc:{spec.router.port}"
     if fleet_record:
         status["fleetView"] = fleet_record
     return ReconcilePlan(

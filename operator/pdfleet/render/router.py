@@ -1,5 +1,5 @@
 """The router: its Deployment, and the ConfigMap that carries its fleet view (fleet.json, built by
-`pdfleet.render.fleet_view`)."""
+`pdfleet.render.fleet_view`). Its admin token Secret and NetworkPolicy: `pdfleet.render.router_access`."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from pdfleet.render.meta import (
     prometheus_annotations,
     selector_labels,
 )
+from pdfleet.render.router_access import ADMIN_TOKEN_DIR, ADMIN_TOKEN_FILE, admin_secret_name
 from pdfleet.render.services import ROUTER_ADMIN_PORT_NAME, ROUTER_PORT_NAME
 from pdfleet.topology.names import router_name
 
@@ -62,6 +63,7 @@ def render_router_deployment(owner: Owner, spec: PDDeploymentSpec, operator_imag
         "--fleet-file", FLEET_FILE,
         "--port", str(router.port),
         "--admin-port", str(router.admin_port),
+        "--admin-token-file", ADMIN_TOKEN_FILE,
     ]  # fmt: skip
     container = {
         "name": ROUTER_CONTAINER,
@@ -75,7 +77,10 @@ def render_router_deployment(owner: Owner, spec: PDDeploymentSpec, operator_imag
         "resources": copy.deepcopy(ROUTER_RESOURCES),
         "readinessProbe": http_probe("/ready", ROUTER_ADMIN_PORT_NAME, period=2, timeout=2, failures=3),
         "livenessProbe": http_probe("/health", ROUTER_ADMIN_PORT_NAME, period=10, timeout=5, failures=3),
-        "volumeMounts": [{"name": "fleet", "mountPath": FLEET_DIR, "readOnly": True}],
+        "volumeMounts": [
+            {"name": "fleet", "mountPath": FLEET_DIR, "readOnly": True},
+            {"name": "admin-token", "mountPath": ADMIN_TOKEN_DIR, "readOnly": True},
+        ],
         "securityContext": copy.deepcopy(ROUTER_CONTAINER_SECURITY),
     }
     return {
@@ -93,7 +98,11 @@ def render_router_deployment(owner: Owner, spec: PDDeploymentSpec, operator_imag
                     "automountServiceAccountToken": False,  # the router reads a mounted file, never the API
                     "securityContext": copy.deepcopy(ROUTER_POD_SECURITY),
                     "containers": [container],
-                    "volumes": [{"name": "fleet", "configMap": {"name": router_name(owner.name)}}],
+                    "volumes": [
+                        {"name": "fleet", "configMap": {"name": router_name(owner.name)}},
+                        # default mode 0644: root owns the file, so the non-root router user needs the read bit
+                        {"name": "admin-token", "secret": {"secretName": admin_secret_name(owner.name)}},
+                    ],
                 },
             },
         },

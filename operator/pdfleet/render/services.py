@@ -1,4 +1,5 @@
-"""Services: a headless Service per cell (stable pod DNS), a ClusterIP Service per pool, the router Service."""
+"""Services: a headless Service per cell (stable pod DNS), a ClusterIP Service per pool, the router Service (data
+port only: the operator reaches the admin port on the router pods' IPs)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def render_pool_service(owner: Owner, spec: PDDeploymentSpec, pool: str) -> dict
 
 
 def render_router_service(owner: Owner, spec: PDDeploymentSpec) -> dict[str, Any]:
-    """ClusterIP Service of the router: data port and admin port."""
-    ports = [_port(ROUTER_PORT_NAME, spec.router.port), _port(ROUTER_ADMIN_PORT_NAME, spec.router.admin_port)]
+    """ClusterIP Service of the router for clients: the data port only."""
+    ports = [_port(ROUTER_PORT_NAME, spec.router.port)]
     labels = component_labels(owner.name, ROUTER_COMPONENT)
     return _service(owner, router_name(owner.name), labels, selector_labels(owner.name, ROUTER_COMPONENT), ports)

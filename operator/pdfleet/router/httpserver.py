@@ -51,15 +51,6 @@ class ServerLimits:
         return max(0.05, min(1.0, shortest / 4))
 
 
-DEFAULT_LIMITS = ServerLimits()
-
-
-def set_default_limits(limits: ServerLimits) -> None:
-    """The limits `serve` applies when not given any (the router CLI sets them from its flags)."""
-    global DEFAULT_LIMITS
-    DEFAULT_LIMITS = limits
-
-
 class _Refusal(Exception):
     """Raised inside a parser callback to stop reading a request and refuse it."""
 
@@ -92,7 +83,7 @@ def response_head(status: int, content_type: bytes, chunked: bool) -> bytes:
 class Request:
     """One complete client request."""
 
-    __slots__ = ("method", "path", "body", "request_id", "keep_alive", "received_at", "content_type")
+    __slots__ = ("method", "path", "body", "request_id", "keep_alive", "received_at", "content_type", "authorization")
 
     def __init__(
         self,
@@ -103,6 +94,7 @@ class Request:
         keep_alive: bool,
         received_at: float,
         content_type: bytes | None = None,
+        authorization: bytes | None = None,
     ) -> None:
         self.method = method
         self.path = path
@@ -111,6 +103,7 @@ class Request:
         self.keep_alive = keep_alive
         self.received_at = received_at
         self.content_type = content_type  # the Content-Type header's value, None without one
+        self.authorization = authorization  # the Authorization header's value, None without one
 
 
 class Application(Protocol):
@@ -142,6 +135,7 @@ class ClientConnection(asyncio.Protocol):
         "_body",
         "_request_id",
         "_content_type",
+        "_authorization",
         "_content_length",
         "_continue",
         "_now",
@@ -162,12 +156,12 @@ class ClientConnection(asyncio.Protocol):
         self,
         app: Application,
         loop: asyncio.AbstractEventLoop,
-        limits: ServerLimits | None = None,
+        limits: ServerLimits,
         sweeper: _Sweeper | None = None,
     ) -> None:
         self.app = app
         self.loop = loop
-        self.limits = limits = limits or DEFAULT_LIMITS
+        self.limits = limits
         self.sweeper = sweeper
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpRequestParser(self)
@@ -183,6 +177,7 @@ class ClientConnection(asyncio.Protocol):
         self.refused = False  # a request was refused: what the client still sends is discarded
         self.written = False  # bytes of the current response were written
         self._content_type: bytes | None = None
+        self._authorization: bytes | None = None
         self._content_length: bytes | None = None
         self._continue = False  # the client sent Expect: 100-continue
         self._now = 0.0  # loop time of the read being parsed
@@ -266,6 +261,7 @@ class ClientConnection(asyncio.Protocol):
         self._body = []
         self._request_id = None
         self._content_type = None
+        self._authorization = None
         self._content_length = None
         self._continue = False
         self._header_bytes = 0
@@ -294,6 +290,8 @@ class ClientConnection(asyncio.Protocol):
                 self._request_id = value
         elif size == 14 and name.lower() == b"content-length":
             self._content_length = value
+        elif size == 13 and name.lower() == b"authorization":
+            self._authorization = value
         elif size == 6 and name.lower() == b"expect" and value.lower() == b"100-continue":
             self._continue = True
 
@@ -332,6 +330,7 @@ class ClientConnection(asyncio.Protocol):
             self.parser.should_keep_alive(),
             self._now,
             self._content_type,
+            self._authorization,
         )
         self._body = []
         self._reading = False
@@ -469,12 +468,9 @@ class _Sweeper:
             self.handle = self.loop.call_later(self.interval, self._sweep)
 
 
-async def serve(
-    app: Application, host: str, port: int, limits: ServerLimits | None = None
-) -> asyncio.base_events.Server:
-    """Listen on host:port and serve `app` within `limits` (default: DEFAULT_LIMITS)."""
+async def serve(app: Application, host: str, port: int, limits: ServerLimits) -> asyncio.base_events.Server:
+    """Listen on host:port and serve `app` within `limits`."""
     loop = asyncio.get_running_loop()
-    limits = limits or DEFAULT_LIMITS
     sweeper = _Sweeper(loop, limits.sweep_interval())
     factory: Callable[[], ClientConnection] = lambda: ClientConnection(app, loop, limits, sweeper)  # noqa: E731
     return await loop.create_server(factory, host, port, backlog=1024, reuse_address=True)

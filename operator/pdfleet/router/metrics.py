@@ -13,6 +13,7 @@ from typing import Callable, Iterable, Iterator
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+# boundaries at the common SLA targets (0.05 s TPOT, 0.5 s TTFT...), as the SLA-attainment panels count at a boundary
 LATENCY_BUCKETS = (
     0.001,
     0.0025,
@@ -20,6 +21,7 @@ LATENCY_BUCKETS = (
     0.01,
     0.02,
     0.04,
+    0.05,
     0.06,
     0.08,
     0.1,

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from .endpoints import EndpointRegistry, health_loop
+from .endpoints import TIMEOUT_HOLD_SECONDS, EndpointRegistry, health_loop
 from .fleet_view import FleetView, FleetViewError, fleet_view_to_dict, load_fleet_view
 from .handshake import error_body
-from .httpserver import ClientConnection, Request, serve
+from .httpserver import ClientConnection, Request, ServerLimits, serve, status_line
 from .metrics import RouterMetrics
 from .proxy import PDRouter
 
@@ -33,6 +34,10 @@ class RouterConfig:
     health_timeout_seconds: float = 2.0
     connect_timeout_seconds: float = 2.0
     shutdown_grace_seconds: float = 30.0
+    limits: ServerLimits = field(default_factory=ServerLimits)  # client connections of both listeners
+    timeout_hold_seconds: float = TIMEOUT_HOLD_SECONDS  # hold-out of an endpoint whose leg timed out
+    admin_token_file: str | None = None  # the bearer token /admin/* requires, read at each admin request
+    insecure_admin: bool = False  # without a token file: serve /admin/* to anyone (local experiments only)
 
 
 class RouterService:
@@ -40,7 +45,7 @@ class RouterService:
 
     def __init__(self, config: RouterConfig) -> None:
         self.config = config
-        self.registry = EndpointRegistry(config.connect_timeout_seconds)
+        self.registry = EndpointRegistry(config.connect_timeout_seconds, config.timeout_hold_seconds)
         self.metrics = RouterMetrics(self.registry.rows)
         self.router: PDRouter | None = None
         self._servers: list[asyncio.base_events.Server] = []
@@ -48,10 +53,11 @@ class RouterService:
         self._stop = asyncio.Event()
         self._fleet_bytes: bytes | None = None
 
-    def apply_view(self, view: FleetView) -> bool:
+    def apply_view(self, view: FleetView, *, replace: bool = False) -> bool:
         """Switch the fleet view, unless it is older than the one in use (a pushed view is newer than the mounted
-        file until the kubelet syncs it); in-flight requests keep their endpoints. True if applied."""
-        if view.older_than(self.registry.view):
+        file until the kubelet syncs it) and not a `replace`; in-flight requests keep their endpoints. True if
+        applied."""
+        if not replace and view.older_than(self.registry.view):
             log.info(
                 "ignoring fleet view revision %d: revision %d is in use",
                 view.revision,
@@ -94,8 +100,10 @@ class RouterService:
         self.router = PDRouter(self.registry, self.metrics)
         self.reload_fleet_file()
         cfg = self.config
-        self._servers.append(await serve(self.router, cfg.host, cfg.port))
-        self._servers.append(await serve(AdminApp(self), cfg.admin_host or cfg.host, cfg.admin_port))
+        if cfg.admin_token_file is None:
+            log.warning("admin API %s", "open to anyone (--insecure-admin)" if cfg.insecure_admin else "disabled (403)")
+        self._servers.append(await serve(self.router, cfg.host, cfg.port, cfg.limits))
+        self._servers.append(await serve(AdminApp(self), cfg.admin_host or cfg.host, cfg.admin_port, cfg.limits))
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._watch_fleet_file()))
         self._tasks.append(
@@ -131,14 +139,45 @@ class RouterService:
 
 
 class AdminApp:
-    """Admin port: /metrics, /admin/fleet (GET, PUT), /admin/endpoints, /health, /ready."""
+    """Admin port: /metrics, /health, /ready for anyone (Prometheus, the kubelet); /admin/fleet (GET, PUT),
+    /admin/fleet/replace (PUT), /admin/endpoints (GET) only with `Authorization: Bearer <admin token>`."""
 
     def __init__(self, service: RouterService) -> None:
         self.service = service
 
+    def _refusal(self, request: Request) -> tuple[int, str] | None:
+        """Why an /admin/ request may not be served (status, message), or None. The token file is read each time,
+        so a rewritten Secret takes effect without a restart."""
+        cfg = self.service.config
+        if cfg.admin_token_file is None:
+            return None if cfg.insecure_admin else (403, "admin API disabled: the router has no --admin-token-file")
+        try:
+            token = Path(cfg.admin_token_file).read_bytes().strip()
+        except OSError:
+            log.error("admin token file %s unreadable: refusing admin requests", cfg.admin_token_file)
+            return 503, "admin token unavailable"
+        if not token:
+            return 503, "admin token unavailable"
+        if hmac.compare_digest(request.authorization or b"", b"Bearer " + token):
+            return None
+        log.warning("refused %s %s: missing or wrong admin token", request.method.decode(), request.path.decode())
+        return 401, "missing or wrong admin bearer token"
+
     def handle(self, conn: ClientConnection, request: Request) -> None:
         """httpserver.Application."""
         method, path, registry = request.method, request.path, self.service.registry
+        if path.startswith(b"/admin/"):
+            refusal = self._refusal(request)
+            if refusal is not None:
+                status, message = refusal
+                body = error_body(status, message)
+                challenge = b"WWW-Authenticate: Bearer\r\n" if status == 401 else b""
+                conn.write(
+                    status_line(status)
+                    + b"Content-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s" % (challenge, len(body), body)
+                )
+                conn.finish()
+                return
         if path == b"/metrics":
             conn.respond(200, self.service.metrics.render(), _PROMETHEUS_TEXT)
         elif path == b"/health":
@@ -154,13 +193,14 @@ class AdminApp:
                 conn.respond(404, error_body(404, "no fleet view loaded"))
             else:
                 conn.respond(200, json.dumps(fleet_view_to_dict(registry.view)).encode())
-        elif path == b"/admin/fleet" and method == b"PUT":
+        elif path in (b"/admin/fleet", b"/admin/fleet/replace") and method == b"PUT":
             try:
                 view = load_fleet_view(request.body)
             except FleetViewError as exc:
                 conn.respond(400, error_body(400, str(exc)))
                 return
-            if not self.service.apply_view(view):
+            # replace: the token holder repairs a view it did not write, however new that one claims to be
+            if not self.service.apply_view(view, replace=path == b"/admin/fleet/replace"):
                 current = registry.view.revision if registry.view else 0
                 conn.respond(409, error_body(409, f"fleet view revision {view.revision} is older than {current}"))
                 return

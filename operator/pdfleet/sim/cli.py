@@ -14,17 +14,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pdfleet.cli.argtypes import CommandParser, positive_int
 from pdfleet.sim.config import fleet_from_options
 from pdfleet.sim.policies import POLICY_NAMES, planner_options
 from pdfleet.sim.report import markdown_table, summarize, target_verdict
 from pdfleet.sim.run import load_workload, run_policy
-from pdfleet.sim.trace import trace_stats
+from pdfleet.sim.trace import TIME_UNITS, trace_stats
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="pdfleet simulate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = CommandParser(prog="pdfleet simulate", description=__doc__)
     p.add_argument(
         "--trace",
         action="append",
@@ -34,11 +33,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--policies",
         default=",".join(POLICY_NAMES),
-        help=f"comma-separated, from {', '.join(POLICY_NAMES)} and --tuned names (default: all)",
+        help=f"comma-separated, from {', '.join(POLICY_NAMES)} and --tuned names",
     )
     p.add_argument("--out", required=True, type=Path, help="output folder (one subfolder per trace)")
-    p.add_argument("--load-scale", type=int, default=1, help="superpose N jittered copies of each trace")
-    p.add_argument("--limit", type=int, help="keep the first N requests of each trace")
+    p.add_argument("--load-scale", type=positive_int, default=1, help="superpose N jittered copies of each trace")
+    p.add_argument("--limit", type=positive_int, help="keep the first N requests of each trace")
+    p.add_argument(
+        "--time-unit",
+        choices=tuple(TIME_UNITS),
+        help="unit of a trace's numeric arrival column where its format does not fix it (Mooncake JSONL: ms)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed for synthetic traces, load scaling and prefixes")
     p.add_argument(
         "--fleet",
@@ -115,7 +119,13 @@ def main(argv: list[str]) -> int:
         print(f"pdfleet simulate: unknown policies {unknown}", file=sys.stderr)
         return 2
     for spec in args.trace:
-        workload = load_workload(spec, args.load_scale, args.seed, args.limit, prefixes, fleet.prefix_block_tokens)
+        try:
+            workload = load_workload(
+                spec, args.load_scale, args.seed, args.limit, prefixes, fleet.prefix_block_tokens, args.time_unit
+            )
+        except ValueError as exc:
+            print(f"pdfleet simulate: {spec}: {exc}", file=sys.stderr)
+            return 2
         out = args.out / workload.name
         out.mkdir(parents=True, exist_ok=True)
         stats = trace_stats(workload.requests)
@@ -132,7 +142,7 @@ def main(argv: list[str]) -> int:
             runs.append(run)
             print(f"   {name}: simulated in {run.wall_s:.1f} s ({run.result.events} events)", flush=True)
         table = markdown_table(rows)
-        verdict = target_verdict(rows)
+        verdict = [line for row in rows for line in row.warnings] + target_verdict(rows)
         print(table)
         print("\n".join(verdict))
         _write(out, workload.name, stats, fleet, tuned, rows, runs, table, verdict)

@@ -14,7 +14,7 @@ from pdfleet.perfmodel.presets import (
     interconnect_preset,
     model_preset,
 )
-from pdfleet.perfmodel.timing import Hardware, kv_bytes_per_token, kv_capacity_tokens
+from pdfleet.perfmodel.timing import Hardware, effective_max_model_len, kv_bytes_per_token, kv_capacity_tokens
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,8 @@ class FleetConfig:
     disaggregate_min_prompt_tokens: int = 256
     prefix_affinity: bool = True
     prefix_block_tokens: int = 64
-    prefix_cache_fraction: float = 0.1  # share of a prefill instance's KV capacity kept as prefix cache
+    prefix_caching: bool = True  # vLLM's automatic prefix caching: free KV blocks keep their prefixes, LRU-evicted
+    max_model_len: int = 0  # vLLM --max-model-len; 0 = the model's context (capped by the KV cache, as vLLM does)
     startup_s: float = 120.0  # pod start + model load before a new replica is Ready
     # where the scaling policies start: "mean" (static-mean's size) or "first" (sized for the trace's first minute, a
     # cold start when the load then ramps)
@@ -60,6 +61,11 @@ class FleetConfig:
     def kv_capacity_tokens(self) -> int:
         """KV tokens one instance holds (0 means the model does not fit)."""
         return kv_capacity_tokens(self.hardware, self.gpu_memory_utilization)
+
+    @cached_property
+    def context_limit(self) -> int:
+        """Longest prompt + output an instance accepts; a longer request is rejected, as vLLM rejects it."""
+        return effective_max_model_len(self.hardware.model, self.kv_capacity_tokens, self.max_model_len)
 
     @cached_property
     def kv_bytes_per_token(self) -> int:

@@ -28,6 +28,7 @@ from pdfleet.sim.trace import TraceRequest
 
 COLOCATED_POOL = "decode"  # colocated instances run both phases; they are counted as one pool under this name
 SNAPSHOT_S = 5.0  # cadence of counter snapshots for windowed rates
+STALL_S = 1800.0  # all requests in, nothing running, nothing completed this long: the run ends as stalled
 WARMUP_S = 60.0  # no scaling decision before one full metrics window of the trace (the fleet ran before it)
 _STEP, _KV, _READY, _TICK, _SNAP = range(5)
 
@@ -35,7 +36,7 @@ _STEP, _KV, _READY, _TICK, _SNAP = range(5)
 class RequestRecord:
     """One trace request's journey: set by the simulator, read by the report."""
 
-    __slots__ = ("request", "ttft", "tpot", "finished_at", "path", "kv_transfer_s", "locality")
+    __slots__ = ("request", "ttft", "tpot", "finished_at", "path", "kv_transfer_s", "locality", "rejected")
 
     def __init__(self, request: TraceRequest) -> None:
         self.request = request
@@ -45,6 +46,7 @@ class RequestRecord:
         self.path = ""  # "pd" (prefill then decode), "direct" (short prompt on a decode) or "colocated"
         self.kv_transfer_s = 0.0
         self.locality = ""
+        self.rejected = False  # prompt + output over the context limit: refused at arrival, as vLLM does
 
 
 @dataclass
@@ -96,6 +98,9 @@ class ScalingPolicy(Protocol):
     def decide(self, now: float, view: FleetView) -> dict[str, int]:
         """Replicas per pool wanted at `now`."""
 
+    def notes(self) -> tuple[str, ...]:
+        """What the policy itself reported over the run (e.g. latency targets no replica count meets)."""
+
 
 @dataclass
 class SimResult:
@@ -110,6 +115,10 @@ class SimResult:
     end_s: float
     events: int
     decisions: list[tuple[float, dict[str, int]]] = field(default_factory=list)
+    # per pool: (decisions the racks could not fully place, most replicas missing at once)
+    denied: dict[str, tuple[int, int]] = field(default_factory=dict)
+    stalled: str = ""  # why the run stopped before every request finished; empty when all did
+    policy_notes: tuple[str, ...] = ()  # ScalingPolicy.notes() at the end of the run
 
 
 class Simulation:
@@ -138,8 +147,11 @@ class Simulation:
         self._tiebreak = 0
         self.now = 0.0
         self.events = 0
+        self.stalled = ""
         self._arrived = 0
         self._completed = 0
+        self._progress_at = 0.0  # last arrival, step, KV landing or replica start
+        self.denied: dict[str, tuple[int, int]] = {}
 
     # -- heap ----------------------------------------------------------------------------------------------------
     def _push(self, time: float, kind: int, payload: object, version: int = 0) -> None:
@@ -176,9 +188,6 @@ class Simulation:
         if rack is None:
             return False
         fleet = self.fleet
-        prefix_blocks = 0
-        if pool == "prefill" or not fleet.disaggregated:
-            prefix_blocks = int(fleet.kv_capacity_tokens * fleet.prefix_cache_fraction) // fleet.prefix_block_tokens
         engine = SimEngine(
             f"{pool}-{next(self._names)}",
             pool,
@@ -188,7 +197,7 @@ class Simulation:
             max_num_seqs=fleet.max_num_seqs,
             max_num_batched_tokens=fleet.max_num_batched_tokens,
             kv_capacity_tokens=fleet.kv_capacity_tokens,
-            prefix_cache_blocks=prefix_blocks,
+            prefix_caching=fleet.prefix_caching and (pool == "prefill" or not fleet.disaggregated),
             prefix_block_tokens=fleet.prefix_block_tokens,
             stats=self.stats[pool],
         )
@@ -222,9 +231,7 @@ class Simulation:
         target = max(1, target)
         active = self._active(pool)
         if target > len(active):
-            for _ in range(target - len(active)):
-                if not self._add_replica(pool, ready_now=False):
-                    break
+            self._add_replicas(pool, target - len(active), ready_now=False)
         elif target < len(active):
             surplus = len(active) - target
             # starting replicas first (newest first), then the newest ready ones (StatefulSets shrink from the top)
@@ -237,6 +244,14 @@ class Simulation:
                     replica.engine.draining = True
                     self._retire_if_drained(replica)
         self._record_sizes(pool)
+
+    def _add_replicas(self, pool: str, count: int, ready_now: bool) -> None:
+        """Add up to `count` replicas; what the racks cannot hold is counted as denied."""
+        for placed in range(count):
+            if not self._add_replica(pool, ready_now):
+                decisions, most = self.denied.get(pool, (0, 0))
+                self.denied[pool] = (decisions + 1, max(most, count - placed))
+                return
 
     def _record_sizes(self, pool: str) -> None:
         live = [r for r in self.replicas[pool] if r.removed_at is None]
@@ -296,6 +311,10 @@ class Simulation:
 
     def _arrive(self, record: RequestRecord) -> None:
         request = record.request
+        if request.prompt_tokens + request.output_tokens > self.fleet.context_limit:
+            record.rejected = True
+            self._completed += 1
+            return
         if not self.fleet.disaggregated:
             record.path = "colocated"
             self._to_prefill_like(record, self.pools[0])
@@ -391,8 +410,7 @@ class Simulation:
         """Run until every request finished (or `max_events`); returns the raw result."""
         initial = self.policy.initial(self.fleet)
         for pool in self.pools:
-            for _ in range(max(1, initial.get(pool, 1))):
-                self._add_replica(pool, ready_now=True)
+            self._add_replicas(pool, max(1, initial.get(pool, 1)), ready_now=True)
             self._record_sizes(pool)
         horizon = self.trace[-1].arrival if self.trace else 0.0
         if self.policy.interval_s:
@@ -408,6 +426,8 @@ class Simulation:
                 time, _, kind, payload, version = heapq.heappop(heap)
                 self.now = time
                 self.events += 1
+                if kind in (_STEP, _KV, _READY):
+                    self._progress_at = time
                 if kind == _STEP:
                     if payload.version == version and payload.busy:  # type: ignore[union-attr]
                         self._step(payload)  # type: ignore[arg-type]
@@ -420,15 +440,21 @@ class Simulation:
                 else:
                     for stats in self.stats.values():
                         stats.snapshot(self.now)
+                    if self._arrived == n and self.now - self._progress_at > STALL_S:
+                        self.stalled = self._stall_reason()
+                        break
                     self._push(self.now + SNAPSHOT_S, _SNAP, None)
             elif self._arrived < n:
                 self.now = next_arrival
                 self.events += 1
                 record = records[self._arrived]
                 self._arrived += 1
+                self._progress_at = next_arrival
                 self._arrive(record)
             else:
                 break
+        if not self.stalled and self._completed < n:
+            self.stalled = f"event budget of {budget} spent with {n - self._completed} requests unfinished"
         return SimResult(
             self.policy.name,
             self.fleet,
@@ -439,6 +465,21 @@ class Simulation:
             self.now,
             self.events,
             self.decisions,
+            dict(self.denied),
+            self.stalled,
+            self.policy.notes(),
+        )
+
+    def _stall_reason(self) -> str:
+        """Why nothing moves: the pools whose requests wait, and the replicas each holds."""
+        waiting = [
+            f"{pool}: {len(queue)} waiting, {len(self._active(pool))} replicas"
+            for pool, queue in self.backlog.items()
+            if queue
+        ]
+        return (
+            f"no progress for {STALL_S:.0f} s with {len(self.records) - self._completed} requests unfinished "
+            f"({'; '.join(waiting) or 'none waiting at the router'})"
         )
 
     def _become_ready(self, replica: Replica) -> None:

@@ -5,8 +5,9 @@ first) is one event; a run of pure-decode steps with an unchanged batch is one *
 sequence to finish. A new arrival cuts the span short after the step in progress. Decode sequences are tracked by a
 shared step counter (a sequence finishes when the counter reaches its end mark), so a span costs O(log batch).
 
-Admission reserves KV for prompt + output tokens (no preemption is modelled); prefill instances keep an LRU of prompt
-prefix blocks (automatic prefix caching), so a cached prefix is not recomputed.
+Admission reserves KV for prompt + output tokens (no preemption is modelled); with prefix caching, as in vLLM, the KV
+blocks not reserved keep the prompt prefixes computed last (LRU, evicted as reservations need the blocks), so a cached
+prefix is not recomputed.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class SimEngine:
         max_num_seqs: int,
         max_num_batched_tokens: int,
         kv_capacity_tokens: int,
-        prefix_cache_blocks: int = 0,
+        prefix_caching: bool = False,
         prefix_block_tokens: int = 64,
         stats: PoolStats | None = None,
     ) -> None:
@@ -76,7 +77,7 @@ class SimEngine:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.kv_capacity_tokens = kv_capacity_tokens
         self.prefix_cache: OrderedDict[int, None] = OrderedDict()
-        self.prefix_cache_blocks = prefix_cache_blocks
+        self.prefix_caching = prefix_caching
         self.prefix_block_tokens = prefix_block_tokens
         self.stats = stats if stats is not None else PoolStats(pool)  # this engine's share of the pool metrics
         # router-facing state (router.policy.Candidate)
@@ -90,6 +91,7 @@ class SimEngine:
         self.decode_steps = 0  # the shared counter: decode steps run so far
         self.context_base = 0  # sum over decoding seqs of (KV tokens - decode_steps at join)
         self.kv_reserved = 0
+        self.prefix_blocks_held = 0  # prefix blocks of admitted sequences: cached and in use, never evicted
         self.pulling = 0  # requests whose KV is in flight to this engine (counted as waiting)
         self._tiebreak = 0
         # the step or span in progress
@@ -133,7 +135,7 @@ class SimEngine:
     # -- driving -----------------------------------------------------------------------------------------------
     def submit(self, seq: SimSeq, now: float) -> float | None:
         """Queue a sequence; returns the new end time of the step in progress (or of a new one), None if unchanged."""
-        if seq.prefix and self.prefix_cache_blocks:
+        if seq.prefix and self.prefix_caching:
             seq.cached = max(seq.cached, min(self.cached_prefix_tokens(seq.prefix), seq.prompt - 1))
             seq.computed = seq.cached
         self.waiting.append(seq)
@@ -185,17 +187,24 @@ class SimEngine:
     def _finish(self, seq: SimSeq, now: float, finished: list[SimSeq]) -> None:
         seq.finished_at = now
         self.kv_reserved -= seq.prompt + seq.output
+        self.prefix_blocks_held -= len(seq.prefix)
         self.stats.record_finished()
         finished.append(seq)
 
     def _remember_prefix(self, prefix: tuple[int, ...]) -> None:
-        if not self.prefix_cache_blocks:
+        if not self.prefix_caching:
             return
         cache = self.prefix_cache
         for h in prefix:
             cache[h] = None
             cache.move_to_end(h)
-        while len(cache) > self.prefix_cache_blocks:
+        self._evict_prefixes()
+
+    def _evict_prefixes(self) -> None:
+        """Keep no more cached prefix blocks than the free KV blocks plus those running sequences use (LRU first)."""
+        free_blocks = max(0, self.kv_capacity_tokens - self.kv_reserved) // self.prefix_block_tokens
+        cache = self.prefix_cache
+        while len(cache) > free_blocks + self.prefix_blocks_held:
             cache.popitem(last=False)
 
     def _admit(self) -> None:
@@ -206,7 +215,10 @@ class SimEngine:
                 return  # wait for KV to free up (an empty engine admits anything, as vLLM caps by max_model_len)
             self.waiting.popleft()
             self.kv_reserved += need
+            self.prefix_blocks_held += len(seq.prefix)
             self.prefilling.append(seq)
+        if self.prefix_cache:
+            self._evict_prefixes()
 
     def _plan(self, now: float) -> float | None:
         """Start the next step or span at `now`; returns its end time, or None when there is nothing to run."""

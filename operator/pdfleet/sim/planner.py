@@ -87,6 +87,10 @@ class PlannerPolicy:
         """Start where the autoscalers start (`FleetConfig.scaler_start`)."""
         return dict(self.initial_replicas)
 
+    def notes(self) -> tuple[str, ...]:
+        """The planner reports nothing beyond its numbers."""
+        return ()
+
     def decide(self, now: float, view: FleetView) -> dict[str, int]:
         """One adjustment: observe the last interval, correct, size; hold when no request arrived."""
         window = view.client_window(now, self.interval_s)

@@ -29,6 +29,12 @@ def _steps(result: SimResult, pool: str) -> tuple[list[float], list[int], list[i
     return t, ready, total
 
 
+def _drawn(t: list[float], values: list[float]) -> tuple[list[float], list[float]]:
+    """The minutes that have a value: a minute between two empty ones is still drawn (as a marker)."""
+    points = [(x, v) for x, v in zip(t, values) if not math.isnan(v)]
+    return [x for x, _ in points], [v for _, v in points]
+
+
 def plot_timeline(result: SimResult, path: Path) -> None:
     """Load, replicas per pool and p90 latency per minute of one run."""
     series = timeline(result)
@@ -44,34 +50,33 @@ def plot_timeline(result: SimResult, path: Path) -> None:
         replicas.step(t, ready, where="post", color=color, linestyle="--", alpha=0.6, label=f"{pool} (ready)")
     replicas.set_ylabel("replicas")
     replicas.legend(loc="upper left", fontsize=8)
-    latency.plot(series["t"], series["ttft_p90_ms"], color="tab:blue", label="TTFT p90")
+    latency.plot(*_drawn(series["t"], series["ttft_p90_ms"]), color="tab:blue", marker=".", label="TTFT p90")
     latency.axhline(fleet.ttft_ms, color="tab:blue", linestyle=":", label=f"TTFT target {fleet.ttft_ms:g} ms")
-    latency.plot(series["t"], series["tpot_p90_ms"], color="tab:orange", label="TPOT p90")
+    latency.plot(*_drawn(series["t"], series["tpot_p90_ms"]), color="tab:orange", marker=".", label="TPOT p90")
     latency.axhline(fleet.tpot_ms, color="tab:orange", linestyle=":", label=f"TPOT target {fleet.tpot_ms:g} ms")
     latency.set_yscale("log")
     latency.set_ylabel("ms (per arrival minute)")
     latency.set_xlabel("minutes")
-    latency.legend(loc="upper left", fontsize=8)
+    latency.legend(loc="upper left", fontsize=8, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
 
 
 def plot_sla_vs_cost(rows: list[PolicySummary], path: Path, title: str) -> None:
-    """SLA attainment against GPU-hours, one labelled point per policy."""
-    fig, ax = plt.subplots(figsize=(7, 5))
-    for row in rows:
+    """SLA attainment against GPU-hours, one point per policy, named in a legend beside the axes (labels next to the
+    points overlap wherever policies land close together)."""
+    fig, ax = plt.subplots(figsize=(9, 5))
+    markers = "osD^vP*Xh<>p"
+    for i, row in enumerate(rows):
         if math.isnan(row.sla_attainment):
             continue
-        ax.scatter(row.gpu_hours, row.sla_attainment * 100)
-        ax.annotate(
-            row.policy, (row.gpu_hours, row.sla_attainment * 100), textcoords="offset points", xytext=(5, 5), fontsize=8
-        )
-    ax.axhline(99, color="gray", linestyle=":", label="99 % target")
+        ax.scatter(row.gpu_hours, row.sla_attainment * 100, marker=markers[i % len(markers)], label=row.policy)
+    ax.axhline(99, color="gray", linestyle=":", label="99 % of requests within SLA")
     ax.set_xlabel("GPU-hours")
-    ax.set_ylabel("SLA attainment %")
+    ax.set_ylabel("requests within SLA %")
     ax.set_title(title)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -44,6 +44,10 @@ class StaticPolicy:
         """Never called for a static policy (interval_s is None); returns the fixed counts."""
         return dict(self.replicas)
 
+    def notes(self) -> tuple[str, ...]:
+        """A static policy reports nothing."""
+        return ()
+
 
 @dataclass
 class AutoscalerPolicy:
@@ -53,6 +57,8 @@ class AutoscalerPolicy:
     config: FleetPolicyConfig
     initial_replicas: dict[str, int]
     states: dict[str, PoolScalerState] = field(default_factory=dict)
+    # per pool: (intervals whose latency target was below the requests' floor, the last such reason)
+    unattainable: dict[str, tuple[int, str]] = field(default_factory=dict)
 
     @property
     def interval_s(self) -> float:
@@ -73,7 +79,18 @@ class AutoscalerPolicy:
         current = {pool: view.desired(pool) for pool in ("prefill", "decode")}
         result = decide_fleet(self.config, current, readings, self.states, now)
         self.states = dict(result.states)
+        for pool, decision in result.decisions.items():
+            if decision.unattainable:
+                count, _ = self.unattainable.get(pool, (0, ""))
+                self.unattainable[pool] = (count + 1, decision.unattainable)
         return result.replicas
+
+    def notes(self) -> tuple[str, ...]:
+        """The intervals in which a pool's latency target was out of reach of any replica count, and why."""
+        return tuple(
+            f"{self.name}: {pool}: target unattainable in {count} intervals, e.g. {reason}"
+            for pool, (count, reason) in sorted(self.unattainable.items())
+        )
 
 
 def _api_cache_dtype(kv_cache_dtype: str) -> str:

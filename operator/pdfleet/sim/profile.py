@@ -86,3 +86,9 @@ def static_sizes(fleet: FleetConfig, trace: list[TraceRequest]) -> dict[str, dic
     duration = max(trace[-1].arrival, 1.0) if trace else 1.0
     mean = need(len(trace) * isl / duration, len(trace) * osl / duration)
     return {"peak": peak, "mean": mean, "first": minutes[0]}
+
+
+def unattainable_requests(fleet: FleetConfig, trace: list[TraceRequest]) -> list[TraceRequest]:
+    """Requests whose own prefill on an idle instance (no cache hit) takes longer than the fleet's TTFT target: no
+    replica count serves them within the SLA."""
+    return [r for r in trace if prefill_ttft(fleet, r.prompt_tokens) * 1000.0 > fleet.ttft_ms]

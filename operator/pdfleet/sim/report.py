@@ -33,20 +33,46 @@ class PolicySummary:
     tpot_p99_ms: float
     sla_attainment: float  # share of requests meeting both the TTFT and the TPOT target
     goodput_rps: float  # requests meeting the SLA per second of trace
-    gpu_hours: float  # GPUs held (starting, ready or draining) integrated over the trace span
+    gpu_hours: float  # GPUs held (starting, ready or draining) from 0 until the last request finished
     cost_per_mtok_usd: float  # GPU cost over prompt + generated tokens, per million
     cost_per_good_mtok_usd: float  # GPU cost over the tokens of requests that met the SLA, per million
     peak_gpus: int
     events: int
+    rejected: int = 0  # requests over the model's context limit, refused (counted as SLA misses)
+    unfinished: int = 0  # requests the run ended without (stalled); SLA misses
+    warnings: tuple[str, ...] = ()  # what the numbers do not show: denied replicas, stalls, rejections
 
 
 def gpu_hours(result: SimResult) -> float:
-    """GPU-hours held over [0, horizon] (the trace span, the same for every policy)."""
+    """GPU-hours held from 0 until the run's end: the last completion (or the last arrival, if later), so a policy
+    whose queues drain after the trace pays for the draining."""
+    horizon = max(result.horizon_s, result.end_s)
     total = 0.0
     for r in result.replicas:
-        end = min(result.horizon_s, r.removed_at if r.removed_at is not None else result.horizon_s)
+        end = min(horizon, r.removed_at if r.removed_at is not None else horizon)
         total += max(0.0, end - r.created_at) * r.gpus
     return total / 3600.0
+
+
+def run_warnings(result: SimResult) -> tuple[str, ...]:
+    """Lines for what a row of numbers hides: replicas the racks could not hold, a stalled run, rejected prompts."""
+    lines = []
+    fleet = result.fleet
+    for pool, (decisions, most) in sorted(result.denied.items()):
+        lines.append(
+            f"{result.policy}: WARNING {pool}: {decisions} scale-ups could not be placed (up to {most} replicas "
+            f"missing at once; the racks hold {fleet.total_gpus} GPUs): the policy wanted more than the fleet has"
+        )
+    if result.stalled:
+        lines.append(f"{result.policy}: WARNING run stopped: {result.stalled}")
+    lines.extend(result.policy_notes)
+    rejected = sum(1 for r in result.records if r.rejected)
+    if rejected:
+        lines.append(
+            f"{result.policy}: WARNING {rejected} requests rejected: prompt + output over the "
+            f"{fleet.context_limit}-token context limit"
+        )
+    return tuple(lines)
 
 
 def peak_gpus(result: SimResult) -> int:
@@ -96,6 +122,9 @@ def summarize(result: SimResult) -> PolicySummary:
         cost_per_good_mtok_usd=hours * fleet.gpu_hour_usd / (good_tokens / 1e6) if good_tokens else math.nan,
         peak_gpus=peak_gpus(result),
         events=result.events,
+        rejected=sum(1 for r in result.records if r.rejected),
+        unfinished=n - len(done) - sum(1 for r in result.records if r.rejected),
+        warnings=run_warnings(result),
     )
 
 

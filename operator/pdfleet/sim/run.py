@@ -31,17 +31,19 @@ def load_workload(
     limit: int | None = None,
     shared_prefixes: tuple[int, int, float] | None = None,
     prefix_block_tokens: int = 64,
+    time_unit: str | None = None,
 ) -> Workload:
     """A trace file (CSV/JSONL) or 'synthetic:<profile>' (see workload.parse_profile), scaled and with prefixes.
 
-    `shared_prefixes` is (groups, prefix tokens, share of requests), see trace.add_shared_prefixes.
+    `shared_prefixes` is (groups, prefix tokens, share of requests), see trace.add_shared_prefixes; `time_unit` is
+    the unit of a trace file's numeric arrivals where its format does not fix it (see trace.read_trace).
     """
     if spec.startswith(SYNTHETIC_PREFIX):
         profile_text = spec[len(SYNTHETIC_PREFIX) :]
         requests = generate(parse_profile(profile_text), seed)
         name = "synthetic-" + profile_text.partition(":")[0]
     else:
-        requests = read_trace(spec, limit)
+        requests = read_trace(spec, limit, time_unit, prefix_block_tokens)
         name = Path(spec).stem
     if limit is not None:
         requests = requests[:limit]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -19,12 +20,17 @@ from pdfleet.localfleet.processes import free_ports, stop_process
 
 class RouterProcess:
     """A router process fed from a fleet file in a temp dir; `write_fleet` swaps the file atomically (like a
-    ConfigMap update). Waits until /ready; `stop()` ends it and removes the dir."""
+    ConfigMap update). Its admin API wants `admin_token` (a fresh one in a file of the dir, as the operator's Secret
+    is mounted); `admin_headers` carry it. Waits until /ready; `stop()` ends it and removes the dir."""
 
     def __init__(self, fleet: dict[str, Any], extra_args: Sequence[str] = (), ready_timeout: float = 20.0) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="pdfleet-router-"))
         self.fleet_file = self.dir / "fleet.json"
         self.write_fleet(fleet)
+        self.admin_token = secrets.token_urlsafe(32)
+        self.admin_headers = {"Authorization": f"Bearer {self.admin_token}"}
+        token_file = self.dir / "admin-token"
+        token_file.write_text(self.admin_token)
         self.port, self.admin_port = free_ports(2)
         self.url, self.admin = f"http://127.0.0.1:{self.port}", f"http://127.0.0.1:{self.admin_port}"
         self.log_path = self.dir / "router.log"
@@ -43,6 +49,8 @@ class RouterProcess:
                     str(self.port),
                     "--admin-port",
                     str(self.admin_port),
+                    "--admin-token-file",
+                    str(token_file),
                     *extra_args,
                 ],
                 stdout=log,
