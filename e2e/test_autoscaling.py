@@ -34,7 +34,12 @@ def test_burst_scales_prefill_up_then_down_without_a_failed_request(fleet: Local
 
 
 def router_fleet_revision(fleet: LocalFleet, namespace: str, name: str) -> int:
-    reply = httpx.get(fleet.router_admin_url(namespace, name) + "/admin/fleet", timeout=5.0, trust_env=False)
+    reply = httpx.get(
+        fleet.router_admin_url(namespace, name) + "/admin/fleet",
+        headers=fleet.router_admin_headers(namespace, name),
+        timeout=5.0,
+        trust_env=False,
+    )
     return reply.json()["revision"]
 
 

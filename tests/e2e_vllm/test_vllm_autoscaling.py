@@ -53,9 +53,9 @@ def test_real_vllm_queueing_scales_the_decode_pool_up_and_the_pool_shrinks_when_
     assert fleet.prometheus is not None
     fleet.apply(autoscaled_pdd(namespace, fleet.prometheus.url))
     fleet.wait_serving(namespace, NAME, timeout=420)
-    # A request a second of 32-token answers is more than a batch of two streams on a shared CPU core: the decode's
-    # waiting queue grows.
-    trace = phased_trace([Phase(120, 1, 32, 32)])
+    # Two requests a second of ~128-token answers outrun a batch of two streams unless a decode step takes under 8 ms
+    # (the tiny Llama's take 10-200 ms here): the decode's waiting queue grows however busy the machine is.
+    trace = phased_trace([Phase(120, 2, 32, 128)])
     router = fleet.router_url(namespace, NAME)
     with BackgroundLoad(router, trace, real_vllm.SERVED_MODEL_NAME, real_vllm.tiny_model_vocab_size()) as load:
         fleet.wait_for(lambda: decode_replicas(fleet, namespace) == 2, 180, "decode scaled up to 2", interval=1.0)

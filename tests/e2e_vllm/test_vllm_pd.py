@@ -35,10 +35,9 @@ def pd_pdd(namespace: str, prometheus_url: str) -> dict[str, Any]:
     return {
         "metadata": {"name": NAME, "namespace": namespace},
         "spec": {
-            **real_vllm.pdd_spec_fields(),
+            **real_vllm.pdd_spec_fields(disaggregateMinPromptTokens=0, locality="required"),
             "prefill": dict(pool),
             "decode": dict(pool),
-            "router": {"policy": {"disaggregateMinPromptTokens": 0, "locality": "required"}},
             "sla": {"ttftMs": 2000, "tpotMs": 500},
             "prometheus": {"url": prometheus_url},
         },

@@ -142,6 +142,24 @@ def test_helm_install_creates_the_operator_objects(release: dict[str, str], kube
     assert f"kubectl -n {ns} rollout status deployment/{full}" in release["notes"]
 
 
+def test_helm_uninstall_removes_the_peering_object(control_plane: LocalControlPlane, kube: Any) -> None:
+    suffix = uuid.uuid4().hex[:6]
+    name, namespace, peering = f"pdp-{suffix}", f"chart-peering-{suffix}", f"peering-{suffix}"
+    control_plane.create_namespace(namespace)
+    kubeconfig_flag = ("--kubeconfig", str(control_plane.kubeconfig))
+    values = ("--set", "operator.replicas=2", "--set", f"operator.peering.name={peering}")
+    custom = client.CustomObjectsApi(kube)
+    try:
+        render.run_helm(HELM, "install", name, CHART, "--namespace", namespace, *kubeconfig_flag, *values)
+        assert custom.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", peering)
+        render.run_helm(HELM, "uninstall", name, "--namespace", namespace, *kubeconfig_flag)
+        with pytest.raises(ApiException) as gone:
+            custom.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", peering)
+        assert gone.value.status == 404
+    finally:
+        control_plane.delete_namespace(namespace)
+
+
 def test_every_rendered_object_passes_server_side_validation(
     release: dict[str, str], control_plane: LocalControlPlane
 ) -> None:

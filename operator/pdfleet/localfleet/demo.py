@@ -105,10 +105,9 @@ def real_vllm_pdd(prometheus_url: str, *, name: str = NAME, namespace: str = NAM
     return {
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
-            **real_vllm.pdd_spec_fields(),
+            **real_vllm.pdd_spec_fields(disaggregateMinPromptTokens=0),
             "prefill": dict(pool),
             "decode": dict(pool),
-            "router": {"policy": {"disaggregateMinPromptTokens": 0}},
             "sla": {"ttftMs": int(SLA.ttft_ms), "tpotMs": int(SLA.tpot_ms), "percentile": 90},
             "prometheus": {"url": prometheus_url},
         },

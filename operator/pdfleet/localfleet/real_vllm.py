@@ -53,9 +53,16 @@ SERVED_MODEL_NAME = "tiny-llama"
 VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"  # what a cluster would pull; the local runner maps it to the venv's vllm
 
 
-def pdd_spec_fields() -> dict[str, object]:
-    """The `model`, `engine` and `kvTransfer` of a PDDeployment that runs real vLLM on this machine's CPUs."""
+# A CPU engine's first request warms its kernels for seconds (a prefill missed /health for 16 s on 2 busy cores), so
+# the leg timeouts derived from a GPU-sized SLA would hold healthy engines out: the router waits as long as a client.
+CPU_ROUTER_POLICY = {"firstByteTimeoutSeconds": 120, "interChunkTimeoutSeconds": 60}
+
+
+def pdd_spec_fields(**router_policy: object) -> dict[str, object]:
+    """The `model`, `engine`, `kvTransfer` and `router` of a PDDeployment that runs real vLLM on this machine's CPUs;
+    `router_policy` adds to (or overrides) CPU_ROUTER_POLICY."""
     return {
+        "router": {"policy": {**CPU_ROUTER_POLICY, **router_policy}},
         "model": {"name": str(tiny_model_dir()), "servedModelName": SERVED_MODEL_NAME},
         "engine": {
             "kind": "vllm",
