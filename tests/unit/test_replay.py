@@ -40,6 +40,7 @@ def test_completion_body_streams_exactly_the_output_length():
     body = completion_body("llama-8b", TraceRequest(0.0, 5, 12), 3, 64)
     assert body["model"] == "llama-8b" and body["stream"] is True and len(body["prompt"]) == 5
     assert body["max_tokens"] == body["min_tokens"] == 12 and body["ignore_eos"] is True
+    assert body["stream_options"] == {"include_usage": True}
 
 
 def test_stream_counts_tokens_and_needs_done():
@@ -52,6 +53,17 @@ def test_stream_counts_tokens_and_needs_done():
     assert stream.done
     with pytest.raises(RuntimeError, match="boom"):
         stream.feed(b'data: {"error": {"message": "boom"}}\n', 10.5)
+
+
+def test_stream_counts_tokens_by_the_engines_usage_when_chunks_pack_several():
+    stream = _Stream(sent=10.0)
+    stream.feed(b'data: {"choices":[{"text":"alpha bravo charlie"}]}\n', 10.2)  # a lagging engine packs three
+    stream.feed(b'data: {"choices":[{"text":""}]}\n', 10.3)  # a token that decodes to no text yet
+    stream.feed(b'data: {"choices":[{"text":" delta","finish_reason":"length"}]}\n', 10.4)
+    assert stream.tokens == 2  # without usage: the chunks with text
+    stream.feed(b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":5,"total_tokens":10}}\n', 10.5)
+    stream.feed(b"data: [DONE]\n", 10.5)
+    assert (stream.tokens, stream.done) == (5, True)
 
 
 def test_percentile_interpolates_between_ranks():

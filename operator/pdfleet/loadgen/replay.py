@@ -101,6 +101,7 @@ def completion_body(
         "min_tokens": request.output_tokens,
         "ignore_eos": True,
         "stream": True,
+        "stream_options": {"include_usage": True},  # a lagging engine packs tokens into one chunk: count by usage
         "temperature": 0.0,
     }
 
@@ -224,8 +225,14 @@ class _Stream:
         self.sent = sent
         self.first: float | None = None
         self.last: float | None = None
-        self.tokens = 0
+        self.chunks = 0  # chunks that carried text
+        self.usage_tokens: int | None = None  # completion_tokens of the final usage chunk
         self.done = False
+
+    @property
+    def tokens(self) -> int:
+        """Tokens received: the engine's own count when it sent usage, else the text chunks."""
+        return self.chunks if self.usage_tokens is None else self.usage_tokens
 
     def feed(self, line: bytes, now: float) -> None:
         if not line.startswith(b"data:"):
@@ -237,9 +244,12 @@ class _Stream:
         chunk = json.loads(payload)
         if "error" in chunk:
             raise RuntimeError(f"stream error: {chunk['error'].get('message', chunk['error'])}")
+        usage = chunk.get("usage")
+        if usage and usage.get("completion_tokens") is not None:
+            self.usage_tokens = int(usage["completion_tokens"])
         choices = chunk.get("choices") or []
         if choices and (choices[0].get("text") or (choices[0].get("delta") or {}).get("content")):
-            self.tokens += 1
+            self.chunks += 1
             self.first = self.first if self.first is not None else now
             self.last = now
 
