@@ -39,6 +39,8 @@ NIXL_BYTES_BUCKETS = (
     2147483648.0, 8589934592.0,
 )  # fmt: skip
 NIXL_DESCRIPTORS_BUCKETS = (10, 20, 30, 50, 75, 100, 200, 400, 1000, 2000, 4000, 10000, 20000, 50000)
+# vLLM's per-request token-count histograms: build_1_2_5_buckets(max_model_len), 2048 for both engines of the suite
+REQUEST_TOKENS_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
 FINISHED_REASONS = {"stop", "length", "abort", "error", "repetition"}
 
 # family name on the wire (counters with _total) -> (type, buckets or None)
@@ -48,6 +50,7 @@ ENGINE_FAMILIES: dict[str, tuple[str, tuple[float, ...] | None]] = {
     "vllm:request_time_per_output_token_seconds": ("histogram", TOKEN_LATENCY_BUCKETS),
     "vllm:e2e_request_latency_seconds": ("histogram", REQUEST_LATENCY_BUCKETS),
     "vllm:request_queue_time_seconds": ("histogram", REQUEST_LATENCY_BUCKETS),
+    "vllm:request_prefill_kv_computed_tokens": ("histogram", REQUEST_TOKENS_BUCKETS),
     "vllm:num_requests_running": ("gauge", None),
     "vllm:num_requests_waiting": ("gauge", None),
     "vllm:kv_cache_usage_perc": ("gauge", None),

@@ -46,6 +46,7 @@ WINDOW_S = 4
 NAMESPACE = "inference"
 TTFT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5)
 ITL_BUCKETS = (0.01, 0.02, 0.05, 0.1)
+PROMPT_BUCKETS = (1000.0, 5000.0, 10000.0)
 
 
 @dataclass
@@ -61,6 +62,7 @@ class EngineLoad:
     request_rate: float = 0.0
     ttft_rates: dict[float, float] = field(default_factory=dict)  # bucket upper bound -> observations/s in it
     itl_rates: dict[float, float] = field(default_factory=dict)
+    prefill_token_rates: dict[float, float] = field(default_factory=dict)  # computed prompt tokens -> requests/s
 
 
 class LinearEngineCollector:
@@ -77,7 +79,8 @@ class LinearEngineCollector:
             cumulative += rates.get(bound, 0.0) * elapsed
             buckets.append((repr(bound), cumulative))
         buckets.append(("+Inf", cumulative))
-        family.add_metric(["fake-model"], buckets, sum_value=0.0)
+        # every observation at its bucket's upper bound
+        family.add_metric(["fake-model"], buckets, sum_value=sum(b * r for b, r in rates.items()) * elapsed)
         return family
 
     def collect(self):
@@ -101,6 +104,8 @@ class LinearEngineCollector:
         yield self._histogram(names.ttft_histogram, TTFT_BUCKETS, load.ttft_rates, elapsed)
         yield self._histogram(names.itl_histogram, ITL_BUCKETS, load.itl_rates, elapsed)
         yield self._histogram(names.e2e_histogram, (1.0,), {1.0: load.request_rate}, elapsed)
+        if names.prefill_tokens_histogram is not None:
+            yield self._histogram(names.prefill_tokens_histogram, PROMPT_BUCKETS, load.prefill_token_rates, elapsed)
 
 
 @dataclass
@@ -129,6 +134,7 @@ FLEET = [
             gen_tps=10,
             request_rate=2,
             ttft_rates={0.5: 10.0},
+            prefill_token_rates={1000.0: 2.0},
         ),
     ),
     (
@@ -142,6 +148,7 @@ FLEET = [
             gen_tps=10,
             request_rate=3,
             ttft_rates={1.0: 10.0},
+            prefill_token_rates={1000.0: 1.0, 10000.0: 2.0},
         ),
     ),
     (
@@ -310,8 +317,26 @@ def test_every_query_returns_the_exported_values(prometheus):
         elapsed = time.perf_counter() - started
     finally:
         source.close()
-    assert queries_per_interval() == 9
+    assert queries_per_interval() == 11
     assert elapsed < 1.0, f"one interval's {queries_per_interval()} queries took {elapsed:.3f}s"
+
+
+def test_the_prompt_histogram_is_read_per_pool_with_its_buckets(prometheus):
+    source = PrometheusSignalSource(prometheus.url, timeout_seconds=5)
+    try:
+        readings = _fetch(source, "vllm", "llama")
+        sglang = _fetch(source, "sglang", "sgl")
+    finally:
+        source.close()
+    # 3 req/s at <= 1,000 computed tokens over both prefill pods, 2 req/s between 5,000 and 10,000
+    histogram = readings["prefill"].prefill_tokens
+    assert [bound for bound, _ in histogram.buckets] == [*PROMPT_BUCKETS, math.inf]
+    assert histogram.total == pytest.approx(5.0, rel=0.03)
+    assert histogram.quantile(0.5) == pytest.approx(1000 * 2.5 / 3, rel=0.03)
+    assert histogram.share_above(1000) == pytest.approx(0.4, rel=0.03)
+    assert readings["decode"].prefill_tokens.total == 0.0  # exported, no request counted
+    assert readings["prefill"].computed_tps == pytest.approx(3 * 1000 + 2 * 10000, rel=0.03)  # the histogram's _sum
+    assert sglang["prefill"].prefill_tokens is None and sglang["prefill"].computed_tps is None  # no query for SGLang
 
 
 def test_both_metric_name_spellings_are_stored(prometheus):

@@ -32,12 +32,13 @@ WAIT_S = 45.0
 
 
 def fleet_spec(prometheus_url: str) -> dict[str, Any]:
-    """Autoscaled pools with SLA targets no engine can meet, so both pools scale up to their max (and alerts fire)."""
+    """Autoscaled pools with SLA targets no engine can meet, so both pools scale up to their max (and alerts fire);
+    the prefill's GPU is named, so the performance model gives it a latency floor (and its unattainable share)."""
     scaling = {"enabled": True, "minReplicas": 1, "maxReplicas": 2}
     return pdd_spec(
         model="Qwen/Qwen2.5-0.5B-Instruct",
         served_name=MODEL,
-        prefill={"replicas": 1, "autoscaling": scaling},
+        prefill={"replicas": 1, "autoscaling": scaling, "gpuProduct": "NVIDIA-H100-80GB-HBM3"},
         decode={"replicas": 1, "autoscaling": scaling},
         sla={"ttftMs": 0.001, "tpotMs": 0.001},
         autoscaler={"intervalSeconds": 1, "windowSeconds": 10},

@@ -20,8 +20,8 @@ from pdfleet.autoscale.policy import (
     modelled_floor_s,
     prefill_utilization,
 )
-from pdfleet.autoscale.signals import PoolSignals
-from pdfleet.perfmodel.replica import prefill_throughput, prefill_ttft, replica_model
+from pdfleet.autoscale.signals import PoolSignals, TokenHistogram
+from pdfleet.perfmodel.replica import longest_prefill_within, prefill_throughput, prefill_ttft, replica_model
 
 NOW = 10_000.0
 REPLICA = replica_model("meta-llama/Llama-3.1-8B-Instruct", "NVIDIA-H100-80GB-HBM3", 1)
@@ -73,6 +73,32 @@ def test_a_target_below_the_requests_floor_adds_no_replica_and_is_reported() -> 
     assert "no replica count meets it" in decision.unattainable and "500 ms" in decision.unattainable
     assert decision.signals["target_unattainable"] == 1.0
     assert decision.signals["latency_floor_ms"] == pytest.approx(prefill_ttft(REPLICA, LONG) * 1000)
+
+
+def test_the_floor_is_the_percentiles_prompt_and_the_share_over_it_is_reported() -> None:
+    # a bimodal mix: 90 % chat of ~1,000 computed tokens, 10 % documents of ~30,000; the mean (3,900) hides both
+    mix = TokenHistogram(((1000.0, 0.9), (2000.0, 0.9), (20000.0, 0.9), (50000.0, 1.0), (float("inf"), 1.0)))
+    signals = reading(prompt_tps=3900.0, prefill_tokens=mix)
+    p80 = modelled_floor_s(config(), signals, percentile=80)
+    p95 = modelled_floor_s(config(), signals, percentile=95)
+    assert p80 == pytest.approx(prefill_ttft(REPLICA, 1000 * 0.8 / 0.9))  # inside the chat bucket
+    assert p95 == pytest.approx(prefill_ttft(REPLICA, 35000))  # halfway through the documents' bucket
+    # 500 ms at p90: the chat requests can meet it, the documents cannot, whatever the replica count
+    decision, _ = decide(config(), 4, reading(ttft_p=0.4, prompt_tps=3900.0, prefill_tokens=mix))
+    assert decision.unattainable == ""
+    assert decision.signals["unattainable_requests_ratio"] == pytest.approx(0.1)
+    assert 2000 < longest_prefill_within(REPLICA, 0.5) < 20000
+    # at p95 the target sits under the percentile's own floor: nothing to scale, said so
+    strict, _ = decide_pool(
+        config(), 4, reading(ttft_p=1.5, prompt_tps=3900.0, prefill_tokens=mix), PoolScalerState(), NOW, 95
+    )
+    assert strict.desired <= 4 and "no replica count meets it" in strict.unattainable
+
+
+def test_without_the_prompt_histogram_the_floor_is_the_mean_prompts() -> None:
+    decision, _ = decide(config(), 4, reading(ttft_p=3.0, queue_total=2.0))
+    assert "unattainable_requests_ratio" not in decision.signals
+    assert modelled_floor_s(config(), reading()) == pytest.approx(prefill_ttft(REPLICA, LONG))
 
 
 def test_latency_scales_on_the_part_above_the_floor() -> None:

@@ -101,11 +101,43 @@ def test_the_breach_cap_follows_the_capacity_view():
     assert (decision.desired, decision.driving_signal) == (15, "latency")
 
 
+def test_prefill_is_sized_by_the_prompt_tokens_it_computes_not_those_its_cache_served():
+    # 8,000 prompt tokens/s arrive, 6,000 of them prefix-cache hits: 2 replicas of 1,000 computed tokens/s, not 8
+    hits, _ = decide(
+        sized_config(),
+        4,
+        reading(prompt_tps=8_000, computed_tps=2_000, request_rate=4, ttft_p=0.1, replicas_reporting=4),
+    )
+    assert (hits.desired, hits.driving_signal) == (2, "capacity")
+    assert hits.signals["prompt_tps"] == 8_000 and hits.signals["computed_tps"] == 2_000  # both reported
+    # an engine without the computed-tokens series: every prompt token counts
+    plain, _ = decide(sized_config(), 4, reading(prompt_tps=8_000, request_rate=4, ttft_p=0.1, replicas_reporting=4))
+    assert plain.desired == 8
+    # decode holds the whole prompt's KV whatever the prefill computed: its reading is left as it is
+    config = decode_config(capacity_tokens_per_s=1_000)
+    with_computed, _ = decide(config, 4, reading("decode", gen_tps=3_000, prompt_tps=9_000, computed_tps=1))
+    without, _ = decide(config, 4, reading("decode", gen_tps=3_000, prompt_tps=9_000))
+    assert with_computed.desired == without.desired and with_computed.cause == without.cause
+
+
 def test_a_latency_breach_does_not_compound_while_replicas_start():
     # 9 asked for, 3 ready and queueing; the capacity view needs 5: nothing more until the others report
     config = prefill_config(capacity_tokens_per_s=10_000, target_queue_per_replica=0)
     decision, _ = decide(config, 9, reading(ttft_p=3.3, prompt_tps=45_000, replicas_reporting=3))
     assert decision.desired == 9
+
+
+def test_a_breach_waits_for_starting_replicas_but_capacity_still_adds():
+    # 3 asked for, 2 reporting, TTFT 4x: the breach was measured without the third, so nothing more yet
+    waiting, _ = decide(prefill_config(target_queue_per_replica=0), 3, reading(ttft_p=2.0, replicas_reporting=2))
+    assert waiting.desired == 3 and "waiting for 1 starting replicas" in waiting.reason
+    # all 3 report and it still breaches: the breach adds again (capped at 1.5x)
+    ready, _ = decide(prefill_config(target_queue_per_replica=0), 3, reading(ttft_p=2.0, replicas_reporting=3))
+    assert ready.desired == 5
+    # demand the capacity view sizes at 6 goes ahead while replicas start
+    sized = prefill_config(capacity_tokens_per_s=1_000, target_queue_per_replica=0)
+    grown, _ = decide(sized, 3, reading(ttft_p=2.0, prompt_tps=6_000, replicas_reporting=2))
+    assert grown.desired == 6
 
 
 def test_queue_depth_scales_to_total_over_target_within_the_breach_cap():

@@ -6,13 +6,20 @@ import pytest
 
 from pdfleet.autoscale.config import policy_config_from_spec
 from pdfleet.autoscale.promql import Signal, fleet_queries, fleet_selector, metric_names, queries_per_interval, series
-from pdfleet.autoscale.signals import NO_SAMPLES, MetricsUnavailable, PoolSignals, signals_from_results
+from pdfleet.autoscale.signals import (
+    NO_SAMPLES,
+    MetricsUnavailable,
+    PoolSignals,
+    TokenHistogram,
+    complete_reading,
+    signals_from_results,
+)
 
 
 def test_one_query_per_signal_covers_both_pools():
     queries = fleet_queries("vllm", "inference", "llama", 60, 90)
     assert [q.signal for q in queries] == list(Signal)
-    assert queries_per_interval() == len(Signal) == 9
+    assert queries_per_interval() == len(Signal) == 11
     assert all("by (pool" in q.promql and 'pool=~"prefill|decode"' in q.promql for q in queries)
     assert all(q.doc and q.unit for q in queries)
 
@@ -30,6 +37,10 @@ def test_sglang_queries_use_sglang_names():
     for name in ("sglang[:_]num_queue_reqs", "sglang[:_]inter_token_latency_seconds_bucket", "sglang[:_]token_usage"):
         assert name in promql
     assert "vllm" not in promql and "histogram_quantile(0.99," in promql and "[30s]" in promql
+    # SGLang exports no per-request computed-prompt histogram: its fleets decide without that optional signal
+    assert {Signal.PREFILL_TOKENS, Signal.COMPUTED_TPS}.isdisjoint(
+        q.signal for q in fleet_queries("sglang", "ns", "x", 30, 99)
+    )
 
 
 def test_selector_quotes_label_values():
@@ -102,3 +113,29 @@ def test_policy_config_from_the_api_model():
     assert (config.prefill.capacity_tokens_per_s, config.decode.capacity_tokens_per_s) == (8000, None)
     assert (config.percentile, config.window_s, config.gpu_budget) == (95, 30, 24)
     assert (config.pd_ratio_min, config.pd_ratio_max, config.engine_kind) == (0.25, 2, "sglang")
+
+
+def _buckets(pool, *bounds_and_rates):
+    return [{"metric": {"pool": pool, "le": le}, "value": [1.0, rate]} for le, rate in bounds_and_rates]
+
+
+def test_prefill_token_buckets_become_a_histogram_and_are_optional():
+    scalars = {signal: _vector(prefill="1") for signal in Signal if signal is not Signal.PREFILL_TOKENS}
+    with_buckets = {**scalars, Signal.PREFILL_TOKENS: _buckets("prefill", ("+Inf", "4"), ("1000", "1"), ("2000", "3"))}
+    reading = signals_from_results(with_buckets, fetched_at=1.0)["prefill"]
+    assert reading.prefill_tokens == TokenHistogram(((1000.0, 1.0), (2000.0, 3.0), (float("inf"), 4.0)))
+    # an engine without the histogram is no missing signal: the policy falls back to the mean prompt
+    without = complete_reading(signals_from_results(scalars, fetched_at=1.0)["prefill"])
+    assert isinstance(without, PoolSignals) and without.prefill_tokens is None
+
+
+def test_token_histogram_quantile_and_share_interpolate_like_histogram_quantile():
+    # 1 req/s up to 1000 tokens, 2 more up to 2000, 1 more past 5000
+    histogram = TokenHistogram(((1000.0, 1.0), (2000.0, 3.0), (5000.0, 3.0), (float("inf"), 4.0)))
+    assert histogram.quantile(0.25) == 1000.0
+    assert histogram.quantile(0.5) == pytest.approx(1500.0)
+    assert histogram.quantile(0.9) == 5000.0  # in the +Inf bucket: the highest finite bound
+    assert histogram.share_above(1500.0) == pytest.approx(0.5)
+    assert histogram.share_above(500.0) == pytest.approx(0.875)
+    assert histogram.share_above(6000.0) == pytest.approx(0.25)  # the +Inf bucket counts as over
+    assert TokenHistogram(()).quantile(0.9) is None and TokenHistogram(((float("inf"), 0.0),)).share_above(1) is None

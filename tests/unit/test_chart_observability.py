@@ -122,6 +122,7 @@ def test_required_dashboards_and_alerts_exist() -> None:
         "PDFleetAutoscalerMetricsUnavailable",
         "PDFleetPoolAtMaxReplicas",
         "PDFleetDrainStuck",
+        "PDFleetTargetUnattainable",
     }
 
 
@@ -235,3 +236,48 @@ def test_alert_signals_are_the_left_side_of_their_expressions() -> None:
     for alert in alerts.alerts():
         assert alert.expr.startswith(alert.signal)
         assert re.search(r"^\d+[smh]$", alert.for_)
+
+
+def test_dashboards_show_requests_over_their_floor_and_the_unattainable_gauge() -> None:
+    (panel,) = [p for p in dashboards.autoscaler().panels if "latency floor" in p.title]
+    exprs = [q.expr for q in panel.queries]
+    assert 'signal="unattainable_requests_ratio"' in exprs[0]
+    assert exprs[1].startswith("pdfleet_autoscaler_target_unattainable{")
+    assert panel.unit == "percentunit"
+
+
+@pytest.mark.parametrize(
+    ("values", "firing"),
+    [("1x20", True), ("0x20", False), ("1x5 0x15", False)],
+    ids=["unattainable-for-10m", "attainable", "unattainable-for-5m"],
+)
+def test_target_unattainable_alert_fires_after_ten_minutes(tmp_path: Path, values: str, firing: bool) -> None:
+    promtool = shutil.which("promtool")
+    if not promtool:
+        pytest.skip("promtool not installed (Debian package prometheus)")
+    (alert,) = [a for a in alerts.alerts() if a.name == "PDFleetTargetUnattainable"]
+    labels = {"namespace": "ml", "pdd": "chat", "pool": "prefill"}
+    selector = ", ".join(f'{k}="{v}"' for k, v in labels.items())
+    rules = tmp_path / "alert-rules.yaml"
+    rules.write_text(alerts.rules_file())
+    expected = {
+        "exp_labels": {**labels, "severity": "warning"},
+        "exp_annotations": {
+            "summary": alert.summary,
+            "description": alert.description.replace("{{ $labels.namespace }}", "ml")
+            .replace("{{ $labels.pdd }}", "chat")
+            .replace("{{ $labels.pool }}", "prefill"),
+        },
+    }
+    test = {
+        "interval": "1m",
+        "input_series": [{"series": f"{alert.signal}{{{selector}}}", "values": values}],
+        "alert_rule_test": [
+            {"eval_time": "9m", "alertname": alert.name, "exp_alerts": []},  # pending, not firing yet
+            {"eval_time": "12m", "alertname": alert.name, "exp_alerts": [expected] if firing else []},
+        ],
+    }
+    path = tmp_path / "alert-test.yaml"
+    path.write_text(yaml.safe_dump({"rule_files": [str(rules)], "evaluation_interval": "1m", "tests": [test]}))
+    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -4,7 +4,6 @@ stderr (never a traceback)."""
 from __future__ import annotations
 
 import argparse
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ import pytest
 
 from pdfleet.cli import argtypes
 from pdfleet.cli.main import SUBCOMMANDS, main, version
+from pdfleet.localfleet.processes import free_port
 
 # what each command needs before its parser runs (engine: its `serve` word)
 PARSER_ARGV = {"engine": ["serve"]}
@@ -140,15 +140,9 @@ def test_version_comes_from_the_package_metadata(capsys: pytest.CaptureFixture[s
     assert version() == pdfleet.__version__
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_closed_port_is_a_one_line_error_in_a_real_process() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "pdfleet", "replay", "--url", f"http://127.0.0.1:{_closed_port()}", "--duration", "1"],
+        [sys.executable, "-m", "pdfleet", "replay", "--url", f"http://127.0.0.1:{free_port()}", "--duration", "1"],
         capture_output=True,
         text=True,
         timeout=60,

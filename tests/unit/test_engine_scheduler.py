@@ -13,7 +13,7 @@ HW = Hardware(presets.model_preset("llama-3.1-8b"), presets.gpu_preset("H100-SXM
 
 
 def make(capacity_blocks=10_000, max_num_seqs=256, speedup=1000.0):
-    metrics = EngineMetrics("t")
+    metrics = EngineMetrics("t", 2048)
     sched = Scheduler(
         HW,
         KvBlockPool(capacity_blocks, 16),

@@ -42,7 +42,7 @@ ALLOWED: dict[str, set[str]] = {
     # build-time generators derive the chart from the code
     "chart": {"api", "cluster", "reconcile", "autoscale", "operator", "router", "localfleet"},
     # test-only helpers; nothing above imports them
-    "testing": {"api", "topology", "sim", "loadgen", "localfleet", "engine", "router"},
+    "testing": {"api", "topology", "render", "sim", "loadgen", "localfleet", "engine", "router"},
     # the command dispatcher names subcommands by module path (strings), importing none directly; its argument types
     # (`cli.argtypes`) import nothing of pdfleet, so every command may use them
     "cli": set(),

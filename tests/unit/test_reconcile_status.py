@@ -224,3 +224,122 @@ def test_sla_state_comes_from_the_autoscalers_latency_reading(signals: dict, sta
     assert (sla["status"], sla["reason"]) == (state or ("Unknown", "NotMeasured"))
     if state == ("False", "Violated"):
         assert "prefill TTFT p90 812 ms > 500 ms" in sla["message"]
+
+
+def floor_report(prefill: dict[str, float], decode: dict[str, float] | None = None) -> dict[str, Any]:
+    """status.autoscaler as the autoscaler writes it, with these signals per pool."""
+    report: dict[str, Any] = {
+        "metrics": {"available": True, "reason": "MetricsFresh", "message": "ok"},
+        "prefill": {"desiredReplicas": 1, "signals": prefill},
+    }
+    if decode is not None:
+        report["decode"] = {"desiredReplicas": 1, "signals": decode}
+    return {"autoscaler": report}
+
+
+UNATTAINABLE = {"latency_floor_ms": 1480.0, "target_unattainable": 1.0, "unattainable_requests_ratio": 0.62}
+ATTAINABLE = {"latency_floor_ms": 180.0, "target_unattainable": 0.0}
+
+
+@pytest.mark.parametrize(
+    ("prefill", "state", "words"),
+    [
+        (
+            UNATTAINABLE,
+            ("False", "TargetUnattainable"),
+            [
+                "prefill TTFT p90 target 500 ms is below its floor (1480 ms)",
+                "62 % of prefill requests need more than the 500 ms TTFT target on an idle replica",
+                "raise the target or use faster hardware; adding replicas cannot help",
+            ],
+        ),
+        (
+            {"latency_floor_ms": 1480.0, "target_unattainable": 1.0},  # no request share: the rest is said
+            ("False", "TargetUnattainable"),
+            ["is below its floor (1480 ms). The floor is the latency no replica count removes"],
+        ),
+        (
+            {**ATTAINABLE, "unattainable_requests_ratio": 0.037},
+            ("True", "RequestsOverFloor"),
+            [
+                "3.7 % of prefill requests need more than the 500 ms TTFT target on an idle replica (their own"
+                " prefill); the p90 target is still attainable (floor 180 ms)"
+            ],
+        ),
+        (
+            {**ATTAINABLE, "unattainable_requests_ratio": 0.0},
+            ("True", "Attainable"),
+            ["prefill TTFT p90 target 500 ms is above its floor (180 ms)"],
+        ),
+        (ATTAINABLE, ("True", "Attainable"), ["above its floor (180 ms)"]),
+        ({"ttft_p90_ms": 812.0}, ("Unknown", "NotMeasured"), ["no latency floor"]),  # no model preset: no floor
+    ],
+    ids=["unattainable", "unattainable-without-share", "requests-over-floor", "none-over-floor", "attainable", "none"],
+)
+def test_sla_attainable_comes_from_the_autoscalers_latency_floor(
+    prefill: dict[str, float], state: tuple[str, str], words: list[str]
+) -> None:
+    status = plan(body(1, 1, status=floor_report(prefill), autoscaling=AUTOSCALED)).status
+    attainable = condition(status, "SLAAttainable")
+    assert (attainable["status"], attainable["reason"]) == state
+    for text in words:
+        assert text in attainable["message"]
+
+
+def test_sla_attainable_names_every_pool_whose_target_is_below_its_floor() -> None:
+    decode = {"latency_floor_ms": 62.0, "target_unattainable": 1.0}
+    status = plan(body(1, 1, status=floor_report(ATTAINABLE, decode), autoscaling=AUTOSCALED)).status
+    attainable = condition(status, "SLAAttainable")
+    assert (attainable["status"], attainable["reason"]) == ("False", "TargetUnattainable")
+    assert attainable["message"].startswith("decode TPOT p90 target 50 ms is below its floor (62 ms).")
+    assert "prefill" not in attainable["message"]  # its target is attainable
+
+
+def test_sla_attainable_reads_only_autoscaled_pools_and_is_unknown_without_a_report() -> None:
+    manual = plan(body(1, 1, status=floor_report(UNATTAINABLE))).status  # autoscaling off: the report is stale
+    assert condition(manual, "SLAAttainable")["reason"] == "NotMeasured"
+    fresh = condition(plan(body(1, 1)).status, "SLAAttainable")
+    assert (fresh["status"], fresh["reason"]) == ("Unknown", "NotMeasured")
+
+
+def test_unattainable_target_warns_once_on_the_transition_and_says_when_it_is_attainable_again() -> None:
+    first = plan(body(1, 1, autoscaling=AUTOSCALED))
+    running = [child_state(o) for o in first.applies]
+    unattainable = {**first.status, **floor_report(UNATTAINABLE)}
+    onset = plan(body(1, 1, status=unattainable, autoscaling=AUTOSCALED), children=running)
+    warnings = [e for e in onset.events if e.reason == "TargetUnattainable"]
+    assert len(warnings) == 1 and warnings[0].type == "Warning"
+    assert warnings[0].message.startswith("SLAAttainable: prefill TTFT p90 target 500 ms is below its floor")
+    same = plan(body(1, 1, status=onset.status, autoscaling=AUTOSCALED), children=running)
+    assert not [e for e in same.events if e.reason == "TargetUnattainable"]  # shown in status meanwhile
+    assert condition(same.status, "SLAAttainable") == condition(onset.status, "SLAAttainable")
+    moved = {**onset.status, **floor_report({**UNATTAINABLE, "latency_floor_ms": 1510.0})}
+    assert not plan(body(1, 1, status=moved, autoscaling=AUTOSCALED), children=running).events  # same state
+    back = {**onset.status, **floor_report(ATTAINABLE)}
+    again = plan(body(1, 1, status=back, autoscaling=AUTOSCALED), children=running)
+    assert [(e.type, e.reason) for e in again.events] == [("Normal", "Attainable")]
+
+
+def test_the_autoscalers_unattainable_report_becomes_the_condition_and_its_one_warning() -> None:
+    scaling = {**AUTOSCALED, "capacityTokensPerSecond": 15_000}
+    fleet = fleet_spec(2, 2, gpu_product="NVIDIA-H100-80GB-HBM3", autoscaling=scaling, sla={"ttftMs": 500})
+    pdd = {**body(), "spec": fleet}  # the default model, which the performance model knows
+    spec = parse_spec(pdd["spec"])
+    long_prompts = PoolSignals("prefill", 3.0, None, 2.0, 2.0, 0.1, 30_000.0, 200.0, 1.0, 2, T0)  # ~1.5 s floor
+    decode = PoolSignals("decode", None, 0.01, 0.0, 1.0, 0.1, 200.0, 200.0, 1.0, 2, T0)
+    step = plan_autoscale(
+        spec=spec,
+        pdd_name="f",
+        status={},
+        nodes=[node_info(n, spec.topology) for n in NODES],
+        readings={"prefill": long_prompts, "decode": decode},
+        states={},
+        router_views=[],
+        now=T0,
+    )
+    assert not [e for e in step.events if e.reason == "TargetUnattainable"]  # one writer: the condition
+    pdd["status"] = {"autoscaler": step.status["autoscaler"]}
+    result = plan(pdd)
+    attainable = condition(result.status, "SLAAttainable")
+    assert (attainable["status"], attainable["reason"]) == ("False", "TargetUnattainable")
+    assert [e.type for e in result.events if e.reason == "TargetUnattainable"] == ["Warning"]

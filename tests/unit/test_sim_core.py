@@ -218,3 +218,6 @@ def test_pdfleet_spends_no_more_than_static_peak_on_a_target_below_the_floor_and
         runs[name] = summarize(Simulation(policy_fleet, long_prompts, built).run())
     assert runs["pdfleet"].gpu_hours <= runs["static-peak"].gpu_hours * 1.05
     assert any("prefill: target unattainable" in w for w in runs["pdfleet"].warnings)
+    # and it says how many requests no replica count serves: prompts of median 20k tokens, most of them
+    over = [w for w in runs["pdfleet"].warnings if "prefill: requests over their own floor" in w]
+    assert over and "on average" in over[0]

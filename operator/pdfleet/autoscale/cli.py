@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import time
+from typing import Any
 
 from pdfleet.autoscale.promql import ENGINE_METRICS, fleet_queries
-from pdfleet.autoscale.signals import PoolSignals, PrometheusSignalSource
+from pdfleet.autoscale.signals import PoolReading, PoolSignals, PrometheusSignalSource
 from pdfleet.cli.argtypes import CommandParser, percentile, positive_float, positive_int
 
 
@@ -31,6 +33,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _as_json(reading: PoolReading) -> dict[str, Any]:
+    """A reading as strict JSON: histogram buckets keyed by their bound as Prometheus writes `le` ("+Inf")."""
+    fields = {"type": type(reading).__name__, **dataclasses.asdict(reading)}
+    if isinstance(reading, PoolSignals) and reading.prefill_tokens is not None:
+        fields["prefill_tokens"] = {
+            ("+Inf" if math.isinf(bound) else f"{bound:g}"): rate for bound, rate in reading.prefill_tokens.buckets
+        }
+    return fields
+
+
 def main(argv: list[str]) -> int:
     """Entry point of `pdfleet autoscaler`."""
     args = _parser().parse_args(argv)
@@ -43,9 +55,5 @@ def main(argv: list[str]) -> int:
         readings = source.fetch(args.engine, args.namespace, args.pdd, args.window, args.percentile, at=time.time())
     finally:
         source.close()
-    print(
-        json.dumps(
-            {pool: {"type": type(r).__name__, **dataclasses.asdict(r)} for pool, r in readings.items()}, indent=2
-        )
-    )
+    print(json.dumps({pool: _as_json(r) for pool, r in readings.items()}, indent=2))
     return 0 if all(isinstance(r, PoolSignals) for r in readings.values()) else 1

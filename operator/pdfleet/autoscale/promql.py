@@ -27,6 +27,14 @@ class Signal(str, enum.Enum):
     GEN_TPS = "gen_tps"
     REQUEST_RATE = "request_rate"
     REPLICAS_REPORTING = "replicas_reporting"
+    PREFILL_TOKENS = "prefill_tokens"
+    COMPUTED_TPS = "computed_tps"
+
+
+# Signals answering one sample per (pool, le): a histogram's bucket rates, read whole into a TokenHistogram
+DISTRIBUTIONS = frozenset({Signal.PREFILL_TOKENS})
+# Signals a reading may lack and still be decided on (an engine that does not export them, e.g. SGLang)
+OPTIONAL = frozenset({Signal.PREFILL_TOKENS, Signal.COMPUTED_TPS})
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,7 @@ class EngineMetricNames:
     kv_usage_gauge: str
     prompt_tokens_counter: str
     generation_tokens_counter: str
+    prefill_tokens_histogram: str | None = None  # per request, prompt tokens computed (not served from a cache)
 
 
 VLLM_METRICS = EngineMetricNames(
@@ -52,6 +61,7 @@ VLLM_METRICS = EngineMetricNames(
     kv_usage_gauge="vllm:kv_cache_usage_perc",
     prompt_tokens_counter="vllm:prompt_tokens_total",
     generation_tokens_counter="vllm:generation_tokens_total",
+    prefill_tokens_histogram="vllm:request_prefill_kv_computed_tokens",
 )
 
 # SGLang's collector (python/sglang/srt/metrics/collector.py) names; its TPOT histogram is the ITL one.
@@ -71,7 +81,8 @@ ENGINE_METRICS: dict[str, EngineMetricNames] = {"vllm": VLLM_METRICS, "sglang": 
 
 @dataclass(frozen=True)
 class Query:
-    """One PromQL query returning one sample per pool (label `pool`) for `signal`, in `unit`."""
+    """One PromQL query returning one sample per pool (label `pool`) for `signal`, in `unit` (per (pool, le) for the
+    DISTRIBUTIONS)."""
 
     signal: Signal
     promql: str
@@ -135,7 +146,7 @@ def fleet_queries(
     kv_usage = series(names.kv_usage_gauge, sel)
     prompt_tokens = series(names.prompt_tokens_counter, sel)
     generation_tokens = series(names.generation_tokens_counter, sel)
-    return (
+    queries = (
         Query(
             Signal.TTFT_P,
             f"histogram_quantile({q:g}, sum by (pool, le) (rate({ttft_buckets}[{w}])))",
@@ -193,6 +204,28 @@ def fleet_queries(
             "replicas",
             "Pods whose latest scrape succeeded (a failed or removed target goes stale at once); 0 or absent means "
             "no data, never zero load.",
+        ),
+    )
+    if names.prefill_tokens_histogram is None:
+        return queries
+    prefill_tokens = series(names.prefill_tokens_histogram + "_bucket", sel)
+    computed_tokens = series(names.prefill_tokens_histogram + "_sum", sel)
+    return queries + (
+        Query(
+            Signal.PREFILL_TOKENS,
+            f"sum by (pool, le) (rate({prefill_tokens}[{w}]))",
+            "requests/s per bucket",
+            "Requests per second by prompt tokens computed (cache hits excluded), cumulative by `le`: each request's "
+            "own prefill work, from which the autoscaler reads the percentile's latency floor and the share of "
+            "requests no replica count serves within the TTFT target. Optional: without it the floor uses the mean "
+            "prompt.",
+        ),
+        Query(
+            Signal.COMPUTED_TPS,
+            f"sum by (pool) (rate({computed_tokens}[{w}]))",
+            "tokens/s",
+            "Prompt tokens per second the pool computed (prefix-cache hits and pulled KV excluded, unlike prompt_tps): "
+            "the prefill's work, which its capacity is compared with. Optional: without it prompt_tps stands in.",
         ),
     )
 

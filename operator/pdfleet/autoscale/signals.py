@@ -20,7 +20,7 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from urllib3.util.retry import Retry
 
 from pdfleet import POOLS
-from pdfleet.autoscale.promql import Query, Signal, fleet_queries
+from pdfleet.autoscale.promql import DISTRIBUTIONS, OPTIONAL, Query, Signal, fleet_queries
 
 # MetricsUnavailable.reason values
 UNREACHABLE = "unreachable"
@@ -29,6 +29,47 @@ QUERY_ERROR = "query_error"
 BAD_RESPONSE = "bad_response"
 NO_SAMPLES = "no_samples"
 MISSING_SIGNALS = "missing_signals"
+
+
+@dataclass(frozen=True)
+class TokenHistogram:
+    """A cumulative histogram of per-request token counts over the window: (upper bound, requests/s at or below it),
+    bounds ascending, the last one +Inf, as Prometheus buckets are."""
+
+    buckets: tuple[tuple[float, float], ...]
+
+    @property
+    def total(self) -> float:
+        """Requests/s in all buckets."""
+        return self.buckets[-1][1] if self.buckets else 0.0
+
+    def quantile(self, q: float) -> float | None:
+        """Token count at quantile q (0..1), interpolated inside its bucket as histogram_quantile does (the highest
+        finite bound when it falls in the +Inf bucket); None without requests."""
+        total = self.total
+        if total <= 0:
+            return None
+        rank, lower, below = q * total, 0.0, 0.0
+        for bound, count in self.buckets:
+            if count >= rank:
+                if math.isinf(bound):
+                    return lower
+                return lower + (bound - lower) * ((rank - below) / (count - below) if count > below else 1.0)
+            lower, below = bound, count
+        return lower
+
+    def share_above(self, tokens: float) -> float | None:
+        """Share (0..1) of requests over `tokens`, interpolated inside its bucket; None without requests."""
+        total = self.total
+        if total <= 0:
+            return None
+        lower, below = 0.0, 0.0
+        for bound, count in self.buckets:
+            if tokens < bound:
+                within = below if math.isinf(bound) else below + (count - below) * (tokens - lower) / (bound - lower)
+                return max(0.0, 1.0 - within / total)
+            lower, below = bound, count
+        return 0.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +88,8 @@ class PoolSignals:
     replicas_reporting: int
     fetched_at: float
     missing: tuple[str, ...] = ()  # signals whose query answered without a sample for this pool (sorted names)
+    prefill_tokens: TokenHistogram | None = None  # prompt tokens computed per request (optional: not every engine)
+    computed_tps: float | None = None  # prompt tokens/s computed, cache hits excluded (optional, as above)
 
     @property
     def queue_per_replica(self) -> float | None:
@@ -88,6 +131,21 @@ def _by_pool(result: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
     return values
 
 
+def _histograms_by_pool(result: Sequence[Mapping[str, Any]]) -> dict[str, TokenHistogram]:
+    """Bucket samples (labels pool, le) -> a TokenHistogram per pool; NaN buckets and unparsable bounds are dropped."""
+    buckets: dict[str, list[tuple[float, float]]] = {}
+    for sample in result:
+        labels = sample.get("metric", {})
+        value = _sample_value(sample)
+        try:
+            bound = float(labels.get("le", ""))
+        except ValueError:
+            continue
+        if labels.get("pool") is not None and value is not None:
+            buckets.setdefault(labels["pool"], []).append((bound, value))
+    return {pool: TokenHistogram(tuple(sorted(found))) for pool, found in buckets.items()}
+
+
 def signals_from_results(
     results: Mapping[Signal, Sequence[Mapping[str, Any]]], fetched_at: float, pools: Sequence[str] = POOLS
 ) -> dict[str, PoolReading]:
@@ -95,7 +153,9 @@ def signals_from_results(
 
     A pool with no reporting replica is MetricsUnavailable(no_samples): absence of data is never read as zero load.
     """
-    indexed = {signal: _by_pool(result) for signal, result in results.items()}
+    indexed = {signal: _by_pool(result) for signal, result in results.items() if signal not in DISTRIBUTIONS}
+    histograms = _histograms_by_pool(results.get(Signal.PREFILL_TOKENS, ()))
+    scalars = [signal for signal in Signal if signal not in DISTRIBUTIONS]
     readings: dict[str, PoolReading] = {}
     for pool in pools:
         reporting = indexed.get(Signal.REPLICAS_REPORTING, {}).get(pool)
@@ -104,9 +164,10 @@ def signals_from_results(
                 pool, NO_SAMPLES, f"no {pool} replica reported engine metrics in the latest scrape"
             )
             continue
-        values = {signal.value: indexed.get(signal, {}).get(pool) for signal in Signal}
+        values: dict[str, Any] = {signal.value: indexed.get(signal, {}).get(pool) for signal in scalars}
         values[Signal.REPLICAS_REPORTING.value] = int(reporting)
-        missing = tuple(sorted(signal.value for signal in Signal if pool not in indexed.get(signal, {})))
+        values[Signal.PREFILL_TOKENS.value] = histograms.get(pool)
+        missing = tuple(sorted(s.value for s in scalars if s not in OPTIONAL and pool not in indexed.get(s, {})))
         readings[pool] = PoolSignals(pool=pool, fetched_at=fetched_at, missing=missing, **values)
     return readings
 

@@ -161,8 +161,8 @@ def plan_autoscale(
     for pool in enabled:
         chosen = decision.decisions[pool]
         before = previous.get(pool) or {}
-        if chosen.unattainable and not (before.get("signals") or {}).get("target_unattainable"):
-            events.append(Event("Warning", "TargetUnattainable", f"{pool}: {chosen.unattainable}"))  # once per onset
+        # an unattainable target is reported through its signals: the reconcile's SLAAttainable condition turns them
+        # into the Warning Event (one writer of that Event, on the condition's transition)
         report[pool] = {
             "desiredReplicas": chosen.desired,
             "drivingSignal": chosen.driving_signal,

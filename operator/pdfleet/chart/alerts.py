@@ -1,4 +1,5 @@
-"""Prometheus alert rules generated from code: SLA breaches, missing metrics, pools pinned at max, stuck drains.
+"""Prometheus alert rules generated from code: SLA breaches, missing metrics, pools pinned at max, stuck drains,
+unattainable latency targets.
 
 `rule_groups()` is the `groups:` list of a Prometheus rules file (and of a PrometheusRule's spec);
 `scripts/render_manifests.py` writes it to charts/pdfleet/files/alert-rules.yaml for the chart's PrometheusRule.
@@ -99,6 +100,17 @@ def alerts() -> tuple[Alert, ...]:
             summary="Scale-down drain not finishing",
             description="{{ $labels.namespace }}/{{ $labels.pdd }} {{ $labels.pool }} has been draining for more than "
             f"{DRAIN_STUCK_FOR}; check the router's /admin/endpoints and the operator log.",
+        ),
+        Alert(
+            name="PDFleetTargetUnattainable",
+            signal=fm.AUTOSCALER_TARGET_UNATTAINABLE,
+            comparison="== 1",
+            for_="10m",
+            severity="warning",
+            summary="Latency target below the requests' own floor: raise the target or use faster hardware",
+            description="{{ $labels.namespace }}/{{ $labels.pdd }} {{ $labels.pool }}: the latency target is below "
+            "the latency an idle replica needs for the requests, so adding replicas cannot meet it; raise the "
+            "target or use faster hardware. See the SLAAttainable condition.",
         ),
     )
 

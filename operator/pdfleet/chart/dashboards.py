@@ -265,6 +265,22 @@ def autoscaler() -> Dashboard:
                 unit="s",
                 kind="stat",
             ),
+            Panel(
+                "Requests over their latency floor (unattainable)",
+                (
+                    Query(
+                        f'{fm.AUTOSCALER_SIGNAL}{{{SEL}, signal="unattainable_requests_ratio"}}',
+                        "{{pool}} requests over their floor",
+                    ),
+                    Query(f"{fm.AUTOSCALER_TARGET_UNATTAINABLE}{{{SEL}}}", "{{pool}} target unattainable"),
+                ),
+                unit="percentunit",
+                description="Requests over their floor: the share of the window's requests whose own floor (their "
+                "uncached prompt's prefill on an idle replica) is over the latency target, so no replica count serves "
+                "them within it. Target unattainable: 100% while the pool's percentile target is below its floor "
+                "(the SLAAttainable condition is False); raise the target or use faster hardware. Both need a floor: a "
+                "model and gpuProduct the performance model knows.",
+            ),
         ),
     )
 

@@ -23,7 +23,12 @@ from pdfleet.cluster.kube import KubeClient
 from pdfleet.cluster.observed import PodState
 from pdfleet.render.fleet_view import pod_url
 from pdfleet.render.meta import ROUTER_COMPONENT, Owner
-from pdfleet.render.router_access import ADMIN_TOKEN_KEY, admin_secret_name, render_router_admin_secret
+from pdfleet.render.router_access import (
+    ADMIN_TOKEN_KEY,
+    admin_headers,
+    admin_secret_name,
+    render_router_admin_secret,
+)
 
 ROUTER_TIMEOUT_SECONDS = 2.0
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # pod IPs never go through a proxy
@@ -75,7 +80,7 @@ class SyncResult:
 
 
 def _request(url: str, token: str, method: str = "GET", body: bytes | None = None) -> bytes:
-    headers = {"Authorization": f"Bearer {token}"}
+    headers = admin_headers(token)
     if body is not None:
         headers["Content-Type"] = "application/json"
     request = urllib.request.Request(url, data=body, method=method, headers=headers)

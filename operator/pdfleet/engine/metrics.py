@@ -79,6 +79,20 @@ NIXL_POST_TIME_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3,
 NIXL_XFER_TIME_BUCKETS = NIXL_POST_TIME_BUCKETS[1:]
 NIXL_BYTES_BUCKETS = tuple(float(2 ** (10 + i)) for i in range(1, 25, 2))  # 2 KiB .. 8 GiB
 NIXL_DESCRIPTORS_BUCKETS = (10, 20, 30, 50, 75, 100, 200, 400, 1000, 2000, 4000, 10000, 20000, 50000)
+
+
+def request_tokens_buckets(max_model_len: int) -> tuple[float, ...]:
+    """vLLM's per-request token-count buckets: 1, 2, 5 times the powers of ten up to max_model_len."""
+    bounds: list[float] = []
+    scale = 1
+    while True:
+        for mantissa in (1, 2, 5):
+            if mantissa * scale > max_model_len:
+                return tuple(bounds)
+            bounds.append(mantissa * scale)
+        scale *= 10
+
+
 KV_TRANSFER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")  # vLLM's FinishReason, all exported from the start
 KV_FAILURE_REASONS = ("unreachable", "unknown_blocks", "source_error", "injected")
@@ -145,7 +159,7 @@ class EngineMetrics:
     None and transfers are recorded in the pdfleet_engine_kv_transfer_* series only.
     """
 
-    def __init__(self, model_name: str, nixl: bool = False) -> None:
+    def __init__(self, model_name: str, max_model_len: int, nixl: bool = False) -> None:
         self.registry = CollectorRegistry()
         labels = ("model_name", "engine")
         values = (model_name, "0")
@@ -177,6 +191,11 @@ class EngineMetrics:
             "vllm:request_queue_time_seconds",
             "Histogram of time spent in WAITING phase for request.",
             REQUEST_LATENCY_BUCKETS,
+        )
+        self.prefill_computed = hist(
+            "vllm:request_prefill_kv_computed_tokens",
+            "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+            request_tokens_buckets(max_model_len),
         )
         self.running = gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
         self.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
@@ -231,10 +250,12 @@ class EngineMetrics:
             self.itl.observe(itl_s)
         self.generation_tokens.inc(count)
 
-    def finished(self, reason: str, e2e_s: float, decode_s: float, output_tokens: int) -> None:
-        """A request ended (reason: stop | length | abort | error)."""
+    def finished(self, reason: str, e2e_s: float, decode_s: float, output_tokens: int, computed_tokens: int) -> None:
+        """A request ended (reason: stop | length | abort | error) after computing `computed_tokens` of its prompt
+        (the rest arrived from a remote prefill)."""
         self.success[reason].inc()
         self.e2e.observe(e2e_s)
+        self.prefill_computed.observe(computed_tokens)
         if output_tokens > 1:
             self.tpot.observe(decode_s / (output_tokens - 1))
 

@@ -243,6 +243,8 @@ class Scheduler:
             # a client's abort is not a finished request in vLLM 0.32: its output processor drops the request's state
             # before any finish stats, so neither vllm:request_success_total{finished_reason="abort"} nor the e2e
             # histogram counts it (engine-initiated aborts would, and the emulator has none)
-            self.metrics.finished(reason, now - seq.arrival, decode_s, seq.generated)
+            self.metrics.finished(
+                reason, now - seq.arrival, decode_s, seq.generated, seq.prompt_tokens - seq.computed_tokens
+            )
         seq.ready.set()
         self.wake()

@@ -130,7 +130,7 @@ class EngineServer:
         self.faults = settings.faults
         self.hw, capacity_blocks, self.max_model_len = engine_limits(settings)
         self.kv_bytes_per_token = kv_bytes_per_token(self.hw.model, settings.kv_cache_dtype)
-        self.metrics = EngineMetrics(settings.served_model_name, nixl=settings.nixl)
+        self.metrics = EngineMetrics(settings.served_model_name, self.max_model_len, nixl=settings.nixl)
         self.pool = KvBlockPool(capacity_blocks, settings.block_size, on_expire=self.metrics.kv_expired)
         self.intra_rack = presets.interconnect_preset(settings.intra_rack_link)
         self.cross_rack = presets.interconnect_preset(settings.cross_rack_link)
@@ -532,7 +532,7 @@ class EngineServer:
         now = self._now()
         self.metrics.first_token(now - arrival, 0.0, req.prompt_tokens)
         self.metrics.generation_tokens.inc(req.output_tokens - 1)
-        self.metrics.finished(req.finish_reason, now - arrival, 0.0, req.output_tokens)
+        self.metrics.finished(req.finish_reason, now - arrival, 0.0, req.output_tokens, req.prompt_tokens)
         self.metrics.scheduler_state(self.inflight, 0, self.pool.usage)
 
         async def batches() -> AsyncIterator[int]:

@@ -35,7 +35,7 @@ from pdfleet.localfleet.podrunner import LocalPodRunner
 from pdfleet.localfleet.processes import interrupts_deferred
 from pdfleet.localfleet.prometheus import PrometheusServer, ScrapeTarget, start_prometheus
 from pdfleet.render.fleet_view import pod_url
-from pdfleet.render.router_access import ADMIN_TOKEN_KEY, admin_secret_name
+from pdfleet.render.router_access import ADMIN_TOKEN_KEY, admin_headers, admin_secret_name
 
 log = logging.getLogger("pdfleet.fleet")
 T = TypeVar("T")
@@ -264,7 +264,7 @@ class LocalFleet:
     def router_admin_headers(self, namespace: str, name: str) -> dict[str, str]:
         """The Authorization header of the router admin API: the token from the operator's Secret."""
         secret = self.core.read_namespaced_secret(admin_secret_name(name), namespace)
-        return {"Authorization": "Bearer " + base64.b64decode(secret.data[ADMIN_TOKEN_KEY]).decode()}
+        return admin_headers(base64.b64decode(secret.data[ADMIN_TOKEN_KEY]).decode())
 
     def router_endpoints(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """The router's view of its engines (`GET /admin/endpoints`)."""

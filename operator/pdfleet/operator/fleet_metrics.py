@@ -42,6 +42,7 @@ AUTOSCALER_SIGNAL = _exposed_name(autoscaler.SIGNAL)  # + signal
 AUTOSCALER_DECISIONS = _exposed_name(autoscaler.DECISIONS)  # + direction, signal (the driving one)
 AUTOSCALER_METRICS_AVAILABLE = _exposed_name(autoscaler.METRICS_AVAILABLE)  # namespace, pdd only
 AUTOSCALER_DRAINING = _exposed_name(autoscaler.DRAINING)
+AUTOSCALER_TARGET_UNATTAINABLE = _exposed_name(autoscaler.TARGET_UNATTAINABLE)
 
 # exported by FleetStateCollector
 POOL_REPLICAS = "pdfleet_pool_replicas"

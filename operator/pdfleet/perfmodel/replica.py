@@ -101,6 +101,26 @@ def prefill_ttft(replica: ReplicaModel, isl: float) -> float:
     return _prefill_ttft(replica, _bucket(isl))
 
 
+@lru_cache(maxsize=1024)
+def _longest_prefill_within(replica: ReplicaModel, budget_us: int) -> int:
+    budget_s = budget_us / 1e6
+    if _prefill_ttft(replica, 64) > budget_s:
+        return 0
+    lo, hi = 1, 2  # in 64-token units: the largest n with prefill(64 n) within the budget lies in [lo, hi)
+    while _prefill_ttft(replica, 64 * hi) <= budget_s and hi < 1 << 16:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:  # prefill time grows with the prompt
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _prefill_ttft(replica, 64 * mid) <= budget_s else (lo, mid)
+    return 64 * lo
+
+
+def longest_prefill_within(replica: ReplicaModel, seconds: float) -> int:
+    """The longest prompt (uncached tokens, in steps of 64) an idle replica prefills within `seconds`; 0 when even
+    the shortest does not fit."""
+    return _longest_prefill_within(replica, max(0, int(seconds * 1e6)))
+
+
 def prefill_throughput(replica: ReplicaModel, isl: float) -> float:
     """Prompt tokens/s one replica sustains prefilling `isl`-token prompts back to back."""
     bucket = _bucket(isl)

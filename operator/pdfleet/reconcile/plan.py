@@ -213,6 +213,68 @@ def sla_condition(spec: PDDeploymentSpec | None, autoscaler: Mapping[str, Any]) 
     return _condition("SLAMet", not violated, "Violated" if violated else "Met", text)
 
 
+def _short(value: float) -> str:
+    """A number as whole units from 10 up, else two significant digits (1462.3 -> "1462", 7.52 -> "7.5")."""
+    return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
+
+
+def attainable_condition(spec: PDDeploymentSpec | None, autoscaler: Mapping[str, Any]) -> dict[str, str]:
+    """SLAAttainable from the latency floor the autoscaler last reported per autoscaled pool: `latency_floor_ms` (the
+    latency no replica count removes), `target_unattainable` (1 when the pool's target is below it) and
+    `unattainable_requests_ratio` (the share of the window's requests whose own floor is over the target). False
+    when a pool's target is below its floor: adding replicas cannot help. True with reason RequestsOverFloor when the
+    target is attainable but some requests are not."""
+    unattainable: list[str] = []
+    over_floor: list[str] = []
+    attainable: list[str] = []
+    if spec is not None:
+        label = f"p{spec.sla.percentile:g}"
+        for pool in POOLS:
+            signals = (autoscaler.get(pool) or {}).get("signals") or {}
+            floor = signals.get("latency_floor_ms")
+            flag = signals.get("target_unattainable")
+            ratio = signals.get("unattainable_requests_ratio")
+            if not spec.pool(pool).autoscaling.enabled or (not isinstance(floor, (int, float)) and flag != 1):
+                continue
+            what, own = ("TTFT", "their own prefill") if pool == "prefill" else ("TPOT", "their own decode steps")
+            target_ms = spec.target_latency_ms(pool)
+            target = f"{what} {label} target {target_ms:g} ms"
+            floor_text = f"{_short(floor)} ms" if isinstance(floor, (int, float)) else "unknown"
+            share = (
+                f"{_short(ratio * 100)} % of {pool} requests need more than the {target_ms:g} ms {what} target on an"
+                f" idle replica ({own})"
+                if isinstance(ratio, (int, float))
+                else ""
+            )
+            if flag == 1:
+                unattainable.append(
+                    f"{pool} {target} is below its floor ({floor_text})" + (f"; {share}" if share else "")
+                )
+            elif share and ratio > 0:
+                over_floor.append(f"{share}; the {label} target is still attainable (floor {floor_text})")
+            else:
+                attainable.append(f"{pool} {target} is above its floor ({floor_text})")
+    if unattainable:
+        return _condition(
+            "SLAAttainable",
+            False,
+            "TargetUnattainable",
+            "; ".join(unattainable) + ". The floor is the latency no replica count removes: raise the target or use"
+            " faster hardware; adding replicas cannot help",
+        )
+    if over_floor:
+        return _condition("SLAAttainable", True, "RequestsOverFloor", "; ".join(over_floor))
+    if attainable:
+        return _condition("SLAAttainable", True, "Attainable", "; ".join(attainable))
+    return {
+        "type": "SLAAttainable",
+        "status": "Unknown",
+        "reason": "NotMeasured",
+        "message": "no latency floor: the autoscaler computes it for autoscaled pools with traffic whose model and"
+        " gpuProduct match a performance-model preset",
+    }
+
+
 def plan_reconcile(
     *,
     pdd: Mapping[str, Any],
@@ -337,6 +399,7 @@ def plan_reconcile(
 
     previous = {c.get("type"): c for c in old_status.get("conditions") or []}
     conditions.append(sla_condition(spec, old_status.get("autoscaler") or {}))
+    conditions.append(attainable_condition(spec, old_status.get("autoscaler") or {}))
     serves = router_serves_condition(spec, previous.get("RouterServes"))
     if serves is not None:
         conditions.append(serves)
@@ -363,6 +426,7 @@ def plan_reconcile(
         ("MetricsAvailable", "False"),
         ("UnknownFields", "True"),
         ("SLAMet", "False"),
+        ("SLAAttainable", "False"),
         ("RouterServes", "False"),
     }
     events = tuple(

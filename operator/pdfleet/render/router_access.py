@@ -29,6 +29,11 @@ def admin_secret_name(pdd_name: str) -> str:
     return f"{router_name(pdd_name)}-admin"
 
 
+def admin_headers(token: str) -> dict[str, str]:
+    """The header an admin client sends the router with the admin token (`Authorization: Bearer <token>`)."""
+    return {"Authorization": f"Bearer {token}"}
+
+
 def render_router_admin_secret(owner: Owner, token: str) -> dict[str, Any]:
     """The admin token Secret (key `token`), owned by the PDDeployment so it is deleted with it."""
     return {

@@ -167,7 +167,7 @@ class SimEngine:
                 self.prefilling.remove(seq)
                 self._remember_prefix(seq.prefix)
                 seq.first_token_at = now
-                self.stats.record_first_token(now, now - seq.arrival, seq.prompt)
+                self.stats.record_first_token(now, now - seq.arrival, seq.prompt, seq.prompt - seq.cached)
                 first.append(seq)
                 if seq.output <= 1:
                     self._finish(seq, now, finished)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 from collections import deque
 
-from pdfleet.autoscale.signals import PoolSignals
+from pdfleet.autoscale.signals import PoolSignals, TokenHistogram
 
 HISTORY_S = 600.0  # samples older than this are dropped (longest window any policy reads)
 
@@ -35,6 +35,7 @@ class PoolStats:
         self.pool = pool
         self.ttft: deque[tuple[float, float]] = deque()  # (time, engine-side TTFT s)
         self.itl: deque[tuple[float, float, int]] = deque()  # (time, inter-token s, tokens)
+        self.computed: deque[tuple[float, int]] = deque()  # (time, prompt tokens computed: cache hits excluded)
         self.prompt_tokens = 0
         self.generated_tokens = 0
         self.finished = 0
@@ -42,9 +43,11 @@ class PoolStats:
         self._snap_times: list[float] = [0.0]
         self._snaps: list[tuple[int, int, int, float]] = [(0, 0, 0, 0.0)]
 
-    def record_first_token(self, now: float, ttft: float, prompt_tokens: int) -> None:
-        """A sequence got its first token on an engine of this pool."""
+    def record_first_token(self, now: float, ttft: float, prompt_tokens: int, computed_tokens: int) -> None:
+        """A sequence got its first token on an engine of this pool, after computing `computed_tokens` of its
+        prompt (the rest came from a prefix cache or a remote prefill)."""
         self.ttft.append((now, ttft))
+        self.computed.append((now, computed_tokens))
         self.prompt_tokens += prompt_tokens
         self.generated_tokens += 1
 
@@ -67,6 +70,8 @@ class PoolStats:
             self.ttft.popleft()
         while self.itl and self.itl[0][0] < horizon:
             self.itl.popleft()
+        while self.computed and self.computed[0][0] < horizon:
+            self.computed.popleft()
 
     def rates(self, now: float, window_s: float) -> tuple[float, float, float, float]:
         """(prompt tok/s, generated tok/s, finished req/s, mean decode batch) over the window ending now."""
@@ -88,6 +93,19 @@ class PoolStats:
     def itl_quantile(self, now: float, window_s: float, q: float) -> float | None:
         """q-quantile of inter-token latency (token-weighted) over the window."""
         return weighted_quantile([(dt, float(n)) for t, dt, n in self.itl if t >= now - window_s], q)
+
+    def computed_histogram(self, now: float, window_s: float) -> TokenHistogram:
+        """Requests/s by prompt tokens computed over the window, as vLLM's vllm:request_prefill_kv_computed_tokens
+        histogram reads through a rate (one bucket per distinct count: the simulator knows them exactly)."""
+        counts: dict[int, int] = {}
+        for t, tokens in self.computed:
+            if t >= now - window_s:
+                counts[tokens] = counts.get(tokens, 0) + 1
+        buckets, cumulative = [], 0
+        for tokens in sorted(counts):
+            cumulative += counts[tokens]
+            buckets.append((float(tokens), cumulative / window_s))
+        return TokenHistogram((*buckets, (float("inf"), cumulative / window_s)))
 
     def reading(
         self,
@@ -114,4 +132,6 @@ class PoolStats:
             request_rate=rate,
             replicas_reporting=reporting,
             fetched_at=now,
+            prefill_tokens=self.computed_histogram(now, window_s),
+            computed_tps=sum(tokens for t, tokens in self.computed if t >= now - window_s) / window_s,
         )

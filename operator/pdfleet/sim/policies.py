@@ -59,6 +59,8 @@ class AutoscalerPolicy:
     states: dict[str, PoolScalerState] = field(default_factory=dict)
     # per pool: (intervals whose latency target was below the requests' floor, the last such reason)
     unattainable: dict[str, tuple[int, str]] = field(default_factory=dict)
+    # per pool: every interval's share of requests over their own floor (the autoscaler's unattainable_requests_ratio)
+    over_floor: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def interval_s(self) -> float:
@@ -83,14 +85,24 @@ class AutoscalerPolicy:
             if decision.unattainable:
                 count, _ = self.unattainable.get(pool, (0, ""))
                 self.unattainable[pool] = (count + 1, decision.unattainable)
+            if "unattainable_requests_ratio" in decision.signals:
+                self.over_floor.setdefault(pool, []).append(decision.signals["unattainable_requests_ratio"])
         return result.replicas
 
     def notes(self) -> tuple[str, ...]:
-        """The intervals in which a pool's latency target was out of reach of any replica count, and why."""
-        return tuple(
+        """The intervals in which a pool's latency target was out of reach of any replica count, and why; the share
+        of requests the autoscaler reported over their own floor."""
+        unattainable = tuple(
             f"{self.name}: {pool}: target unattainable in {count} intervals, e.g. {reason}"
             for pool, (count, reason) in sorted(self.unattainable.items())
         )
+        over_floor = tuple(
+            f"{self.name}: {pool}: requests over their own floor (no replica count serves them within target), as "
+            f"the autoscaler read them: {sum(shares) / len(shares):.1%} on average, at most {max(shares):.1%}"
+            for pool, shares in sorted(self.over_floor.items())
+            if max(shares) > 0
+        )
+        return unattainable + over_floor
 
 
 def _api_cache_dtype(kv_cache_dtype: str) -> str:

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import httpx
 
 from pdfleet.localfleet.processes import free_ports, stop_process
+from pdfleet.render.router_access import admin_headers
 
 
 class RouterProcess:
@@ -28,7 +29,7 @@ class RouterProcess:
         self.fleet_file = self.dir / "fleet.json"
         self.write_fleet(fleet)
         self.admin_token = secrets.token_urlsafe(32)
-        self.admin_headers = {"Authorization": f"Bearer {self.admin_token}"}
+        self.admin_headers = admin_headers(self.admin_token)
         token_file = self.dir / "admin-token"
         token_file.write_text(self.admin_token)
         self.port, self.admin_port = free_ports(2)
