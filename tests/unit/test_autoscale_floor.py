@@ -200,3 +200,25 @@ def test_the_first_saturated_window_after_a_quiet_one_teaches_no_capacity() -> N
     assert state.learned_capacity_tps is None and state.saturated is True
     _, state = decide(cfg, 4, burst, state, NOW + 30)  # still saturated a window later: its rate is the service rate
     assert state.learned_capacity_tps == pytest.approx(LONG / 4 * LEARNED_CAPACITY_UTILIZATION)
+
+
+def test_a_latency_within_tolerance_of_its_target_adds_nothing_however_close_the_floor() -> None:
+    # the floor is 1.46 s, the target 1.6 s: 1.7 s is 1.7x the 140 ms the target leaves, but only 6 % over the target
+    cfg = config(target_latency_ms=1600)
+    busy = dict(queue_total=1.0)  # something queued: the reading teaches no floor correction
+    near, _ = decide(cfg, 4, reading(ttft_p=1.7, **busy))
+    assert (near.desired, near.driving_signal) == (4, "capacity")  # the latency recommends nothing
+    far, _ = decide(cfg, 4, reading(ttft_p=1.9, **busy))
+    assert far.desired > 4 and far.driving_signal == "latency"
+
+
+def test_a_decode_queue_with_batch_and_kv_to_spare_waits_on_transfers_not_replicas() -> None:
+    # vLLM counts requests still pulling their KV as waiting: 6 per replica, but 20 of 256 slots and 7 % KV in use
+    cfg = config("decode")
+    pulling = reading("decode", queue_total=24.0, running_total=80.0, kv_usage=0.07, itl_p=0.018)
+    decision, _ = decide(cfg, 4, pulling)
+    assert decision.driving_signal != "queue" and decision.desired <= 4
+    # a full KV cache, a full batch or an ITL at target: the queue is a shortage again
+    for full in (dict(kv_usage=0.95), dict(running_total=4 * 256.0), dict(itl_p=0.05)):
+        short, _ = decide(cfg, 4, replace(pulling, **full))
+        assert (short.desired, short.driving_signal) == (6, "queue"), full

@@ -154,7 +154,7 @@ def signals_from_results(
     A pool with no reporting replica is MetricsUnavailable(no_samples): absence of data is never read as zero load.
     """
     indexed = {signal: _by_pool(result) for signal, result in results.items() if signal not in DISTRIBUTIONS}
-    histograms = _histograms_by_pool(results.get(Signal.PREFILL_TOKENS, ()))
+    histograms = {signal: _histograms_by_pool(results.get(signal, ())) for signal in DISTRIBUTIONS}
     scalars = [signal for signal in Signal if signal not in DISTRIBUTIONS]
     readings: dict[str, PoolReading] = {}
     for pool in pools:
@@ -166,7 +166,7 @@ def signals_from_results(
             continue
         values: dict[str, Any] = {signal.value: indexed.get(signal, {}).get(pool) for signal in scalars}
         values[Signal.REPLICAS_REPORTING.value] = int(reporting)
-        values[Signal.PREFILL_TOKENS.value] = histograms.get(pool)
+        values.update({signal.value: by_pool.get(pool) for signal, by_pool in histograms.items()})
         missing = tuple(sorted(s.value for s in scalars if s not in OPTIONAL and pool not in indexed.get(s, {})))
         readings[pool] = PoolSignals(pool=pool, fetched_at=fetched_at, missing=missing, **values)
     return readings
