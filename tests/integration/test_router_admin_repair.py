@@ -64,8 +64,18 @@ def test_operator_guards_and_repairs_the_router_admin_api(
     auth = {"Authorization": f"Bearer {token}"}
     assert httpx.get(admin + "/admin/fleet", trust_env=False).status_code == 401
     assert httpx.get(admin + "/admin/fleet", headers={"Authorization": "Bearer x"}, trust_env=False).status_code == 401
-    view = httpx.get(admin + "/admin/fleet", headers=auth, trust_env=False).json()
-    assert view["revision"] == pdd()["status"]["fleetView"]["revision"]
+
+    def settled_view() -> dict[str, Any] | None:
+        """The router's view once it lists both pools' pods and runs the operator's revision of it (a pod that turns
+        Ready later raises the revision: a view read before would differ from the repaired one)."""
+        running = httpx.get(admin + "/admin/fleet", headers=auth, trust_env=False).json()
+        pools = {e["pool"] for e in running["endpoints"]}
+        return running if pools == {"prefill", "decode"} and running["revision"] == operator_revision() else None
+
+    def operator_revision() -> int | None:
+        return ((pdd().get("status") or {}).get("fleetView") or {}).get("revision")
+
+    view = wait_until(settled_view, 60, "the router runs the operator's view of both pools")
     # clients' Service: the data port only; the NetworkPolicy admits the admin port from the operator only
     service = core.read_namespaced_service(f"{NAME}-router", namespace)
     assert [p.name for p in service.spec.ports] == ["http"]
@@ -83,7 +93,8 @@ def test_operator_guards_and_repairs_the_router_admin_api(
 
     wait_until(lambda: degraded_reason() == "RouterViewTampered", 30, "Degraded: RouterViewTampered")
     repaired = httpx.get(admin + "/admin/fleet", headers=auth, trust_env=False).json()
-    assert repaired["generation"] != 999 and repaired == view
+    assert repaired["generation"] != 999 and repaired["revision"] == operator_revision()
+    assert repaired == view and all(e["url"] != "http://127.0.0.1:9" for e in repaired["endpoints"])
     events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={NAME}").items
     assert any(e.type == "Warning" and e.reason == "RouterViewTampered" for e in events)
     repairs = pdfleet_operator.metric_sum("pdfleet_operator_router_view_repairs_total")
