@@ -60,7 +60,13 @@ def test_real_vllm_queueing_scales_the_decode_pool_up_and_the_pool_shrinks_when_
     with BackgroundLoad(router, trace, real_vllm.SERVED_MODEL_NAME, real_vllm.tiny_model_vocab_size()) as load:
         fleet.wait_for(lambda: decode_replicas(fleet, namespace) == 2, 180, "decode scaled up to 2", interval=1.0)
         # decided on what vLLM reported: the decode's queue or latency past its target
-        scaled_up = next(e for e in fleet.events(namespace, NAME) if e["reason"] == "ScaledUp")
+        # the Event is posted after the spec patch: wait for it too
+        scaled_up = fleet.wait_for(
+            lambda: next((e for e in fleet.events(namespace, NAME) if e["reason"] == "ScaledUp"), None),
+            30,
+            "the ScaledUp event",
+            interval=1.0,
+        )
         assert scaled_up["message"].startswith("decode"), scaled_up["message"]
         fleet.wait_serving(namespace, NAME, timeout=300)  # the new real engine loads and takes traffic
     assert any(r.ok for r in load.results), "no request completed under the load"
