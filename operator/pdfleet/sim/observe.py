@@ -94,9 +94,10 @@ class PoolStats:
         """q-quantile of inter-token latency (token-weighted) over the window."""
         return weighted_quantile([(dt, float(n)) for t, dt, n in self.itl if t >= now - window_s], q)
 
-    def computed_histogram(self, now: float, window_s: float) -> TokenHistogram:
+    def computed_prompts(self, now: float, window_s: float) -> tuple[TokenHistogram, float]:
         """Requests/s by prompt tokens computed over the window, as vLLM's vllm:request_prefill_kv_computed_tokens
-        histogram reads through a rate (one bucket per distinct count: the simulator knows them exactly)."""
+        histogram reads through a rate (one bucket per distinct count: the simulator knows them exactly), and the
+        computed tokens/s (the rate of its _sum)."""
         counts: dict[int, int] = {}
         for t, tokens in self.computed:
             if t >= now - window_s:
@@ -105,7 +106,8 @@ class PoolStats:
         for tokens in sorted(counts):
             cumulative += counts[tokens]
             buckets.append((float(tokens), cumulative / window_s))
-        return TokenHistogram((*buckets, (float("inf"), cumulative / window_s)))
+        total = sum(tokens * count for tokens, count in counts.items())
+        return TokenHistogram((*buckets, (float("inf"), cumulative / window_s))), total / window_s
 
     def reading(
         self,
@@ -119,6 +121,7 @@ class PoolStats:
     ) -> PoolSignals:
         """The pool as the autoscaler's PromQL would read it at `now`."""
         prompt_tps, gen_tps, rate, _ = self.rates(now, window_s)
+        prefill_tokens, computed_tps = self.computed_prompts(now, window_s)
         q = percentile / 100.0
         return PoolSignals(
             pool=self.pool,
@@ -132,6 +135,6 @@ class PoolStats:
             request_rate=rate,
             replicas_reporting=reporting,
             fetched_at=now,
-            prefill_tokens=self.computed_histogram(now, window_s),
-            computed_tps=sum(tokens for t, tokens in self.computed if t >= now - window_s) / window_s,
+            prefill_tokens=prefill_tokens,
+            computed_tps=computed_tps,
         )
