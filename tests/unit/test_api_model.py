@@ -33,7 +33,8 @@ def test_defaults_follow_the_architecture_doc() -> None:
     assert (kv.effective_side_channel_port, kv.effective_bootstrap_port) == (5600, 8998)  # vLLM's defaults
     assert spec.prefill.replicas == 1 and spec.decode.gpus_per_replica == 1
     scaling = spec.prefill.autoscaling
-    assert (scaling.enabled, scaling.min_replicas, scaling.max_replicas) == (False, 1, 8)
+    assert (scaling.enabled, scaling.min_replicas, scaling.max_replicas) == (False, 0, 8)
+    assert spec.decode.autoscaling.min_replicas == 1  # a decode pool at zero would serve nothing
     assert (scaling.tolerance, scaling.max_scale_up_step, scaling.max_scale_down_step) == (0.1, 4, 1)
     assert scaling.scale_down_stabilization_seconds == 300
     assert scaling.capacity_tokens_per_second is None

@@ -138,6 +138,26 @@ def test_missing_metrics_hold_replicas_and_say_why():
     }
 
 
+def test_a_prefill_pool_at_zero_reports_no_metrics_problem_and_comes_back_for_prompts_it_cannot_weigh():
+    s = spec(prefill=0)
+    s = s.model_copy(
+        update={
+            "prefill": s.prefill.model_copy(
+                update={"autoscaling": s.prefill.autoscaling.model_copy(update={"min_replicas": 0})}
+            )
+        }
+    )
+    readings = {
+        "prefill": MetricsUnavailable("prefill", "no_samples", "no prefill replica reported engine metrics"),
+        "decode": signals("decode", itl=0.02),
+    }
+    result = step(s, readings)
+    assert result.status["autoscaler"]["metrics"]["available"] is True
+    # model "m" has no timing model: the decodes' traffic cannot be weighed, so one prefill replica comes back
+    assert result.replicas == {"prefill": 1}
+    assert result.status["autoscaler"]["prefill"]["drivingSignal"] == "direct"
+
+
 def test_default_scale_down_window_waits_before_draining():
     s = spec(prefill=4, down_window=300)
     idle = {"prefill": signals("prefill", ttft=0.05, replicas=4), "decode": signals("decode", itl=0.05)}

@@ -60,7 +60,7 @@ def test_fleet_samples_carry_sla_targets_in_seconds_and_replicas_by_state() -> N
 def test_fleet_samples_expose_bounds_of_autoscaled_pools_and_last_scale_time() -> None:
     got = samples()
     assert got[(fm.AUTOSCALER_MAX_REPLICAS, ("ml", "chat", "prefill"))] == 3
-    assert got[(fm.AUTOSCALER_MIN_REPLICAS, ("ml", "chat", "prefill"))] == 1
+    assert got[(fm.AUTOSCALER_MIN_REPLICAS, ("ml", "chat", "prefill"))] == 0  # the prefill default
     assert (fm.AUTOSCALER_MAX_REPLICAS, ("ml", "chat", "decode")) not in got
     assert got[(fm.AUTOSCALER_LAST_SCALE, ("ml", "chat", "prefill"))] == 1767225600
 

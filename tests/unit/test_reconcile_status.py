@@ -3,6 +3,7 @@ and conditions say what is really going on (asked vs ready, why nothing progress
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -150,6 +151,19 @@ def test_unschedulable_pool_shows_what_was_asked_and_why_nothing_progresses() ->
     progressing = condition(status, "Progressing")
     assert (progressing["status"], progressing["reason"]) == ("False", "Unschedulable")
     assert condition(status, "Ready")["reason"] == "Unschedulable"
+
+
+def test_a_fleet_with_no_prefill_replica_is_ready_once_its_decodes_and_router_are() -> None:
+    first = plan(body(0, 1))
+    assert not [o for o in first.applies if o["kind"] == "StatefulSet" and "prefill" in o["metadata"]["name"]]
+    running = [replace(child_state(o), ready_replicas=1) for o in first.applies]
+    status = plan(body(0, 1, status=first.status), children=running, pods=[pod("f-decode-rack-a-0", "decode")]).status
+    assert (status["prefill"]["summary"], status["decode"]["summary"]) == ("0/0", "1/1")
+    ready = condition(status, "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "FleetReady")
+    assert "no prefill replicas: decodes serve requests whole" in ready["message"]
+    no_decode = plan(body(0, 0, status=first.status), children=running).status
+    assert condition(no_decode, "Ready")["status"] == "False"
 
 
 def test_impossible_placement_of_a_new_fleet_shows_the_ask_and_the_reason() -> None:

@@ -129,6 +129,28 @@ def test_short_prompts_bypass_prefill() -> None:
     assert paths == ["direct"] * 5 + ["pd"] * 5
 
 
+def test_with_no_prefill_replica_the_router_serves_requests_whole_on_a_decode() -> None:
+    # the router's fallback path; the decodes cache prefixes too (vLLM's default), so a shared one is computed once
+    prefix = tuple(range(30))
+    trace = [TraceRequest(i * 0.5, 2500, 5, prefix) for i in range(20)]
+    simulation = Simulation(SMALL, trace, StaticPolicy("static", {"prefill": 0, "decode": 1}))
+    result = simulation.run()
+    assert {r.path for r in result.records} == {"fallback"}
+    assert all(r.finished_at is not None for r in result.records)
+    assert not [r for r in result.replicas if r.engine.pool == "prefill"]
+    computed = [tokens for _, tokens in simulation.stats["decode"].computed]
+    assert computed[0] == 2500 and max(computed[1:]) <= 2500 - 30 * 64
+
+
+def test_a_policy_may_take_the_prefill_pool_to_zero_but_not_the_decode_pool() -> None:
+    trace = steady(rate=2.0, duration=120.0)
+    simulation = Simulation(SMALL, trace, StaticPolicy("static", {"prefill": 1, "decode": 1}))
+    simulation.run()
+    simulation.scale("prefill", 0)
+    simulation.scale("decode", 0)
+    assert (simulation.desired("prefill"), simulation.desired("decode")) == (0, 1)
+
+
 def test_prefix_cache_lowers_ttft_for_shared_prefixes() -> None:
     prefix = tuple(range(30))  # 30 blocks of 64 tokens shared by every request
     shared = [TraceRequest(i * 0.5, 2500, 5, prefix) for i in range(40)]

@@ -339,6 +339,29 @@ class PoolSpec(ApiModel):
         return self
 
 
+class PrefillAutoscalingSpec(AutoscalingSpec):
+    """Autoscaling of the prefill pool, which may reach zero replicas."""
+
+    min_replicas: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_REPLICAS,
+        description=(
+            "Lower bound of the replica count. At 0 the pool goes to zero while the decode replicas can compute the"
+            " prompts within the SLA; the router then serves every request whole on a decode, and prefill replicas"
+            " come back when the prompts need them. Set 1 to always keep one."
+        ),
+    )
+
+
+class PrefillPoolSpec(PoolSpec):
+    """The prefill pool: a PoolSpec whose autoscaling may take it to zero replicas."""
+
+    autoscaling: PrefillAutoscalingSpec = Field(
+        default_factory=PrefillAutoscalingSpec, description="Autoscaling of this pool."
+    )
+
+
 class TopologySpec(ApiModel):
     """Which node labels describe racks, zones and GPU products, and how cells are placed."""
 
@@ -449,7 +472,7 @@ class PDDeploymentSpec(ApiModel):
     model: ModelSpec = Field(description="The model to serve.")
     engine: EngineSpec = Field(default_factory=EngineSpec, description="Inference engine.")
     kv_transfer: KVTransferSpec = Field(default_factory=KVTransferSpec, description="KV cache transfer.")
-    prefill: PoolSpec = Field(default_factory=PoolSpec, description="Prefill pool.")
+    prefill: PrefillPoolSpec = Field(default_factory=PrefillPoolSpec, description="Prefill pool.")
     decode: PoolSpec = Field(default_factory=PoolSpec, description="Decode pool.")
     topology: TopologySpec = Field(default_factory=TopologySpec, description="Racks, zones, GPU labels, placement.")
     router: RouterSpec = Field(default_factory=RouterSpec, description="PD router.")

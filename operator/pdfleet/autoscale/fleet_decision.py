@@ -12,7 +12,7 @@ from typing import Mapping
 
 from pdfleet import POOLS
 from pdfleet.autoscale.config import FleetPolicyConfig
-from pdfleet.autoscale.policy import Decision, PoolScalerState, decide_pool
+from pdfleet.autoscale.policy import Decision, PoolScalerState, decide_pool, direct_serving_estimate
 from pdfleet.autoscale.signals import PoolReading
 
 _EPS = 1e-9
@@ -173,6 +173,9 @@ def decide_fleet(
     """Both pools' decisions at `now`: per-pool policy, then the fleet step; pure and deterministic."""
     decisions: dict[str, Decision] = {}
     next_states: dict[str, PoolScalerState] = {}
+    direct = direct_serving_estimate(
+        config.prefill, config.decode, readings["prefill"], readings["decode"], current["prefill"], config.percentile
+    )
     for pool in POOLS:
         decisions[pool], next_states[pool] = decide_pool(
             config.pool(pool),
@@ -182,6 +185,7 @@ def decide_fleet(
             now,
             percentile=config.percentile,
             window_s=config.window_s,
+            direct=direct if pool == "prefill" else None,
         )
     final = apply_fleet_constraints(config, decisions)
     for pool, decision in final.items():

@@ -20,6 +20,7 @@ from typing import Mapping
 from pdfleet.autoscale.config import PoolPolicyConfig
 from pdfleet.autoscale.signals import MetricsUnavailable, PoolReading, PoolSignals
 from pdfleet.perfmodel.replica import (
+    PREFILL_UTILIZATION,
     decode_itl,
     decode_sla_capacity,
     longest_prefill_within,
@@ -53,6 +54,13 @@ LATENCY_BREACH_MIN_UTILIZATION = 0.3
 # used (above the floor) says a replica sustains more; latency grows faster than load, so tokens/s over the share used
 # (at least LEARNED_CAPACITY_UTILIZATION of it, so at most 2x per sample) is a conservative sample.
 HEADROOM_LEARN_MAX_RATIO = 0.5
+# A prefill pool allowed to reach zero replicas goes there while its prompts would take at most this share of the
+# decode replicas' modelled prefill throughput: the router then serves every request whole on a decode (its fallback
+# path), and the prompts' chunks slow the decode steps by about that share. At zero it comes back once they take the
+# share a prefill replica is sized at (PREFILL_UTILIZATION); the gap keeps it from flapping. 0.15 first, 0.3 from the
+# held-out decode-heavy 8x run (prompts at 25 % of two decodes, served within the SLA), docs/autoscaling.md.
+DIRECT_SERVING_MAX_SHARE = 0.3
+DIRECT_SERVING_RETURN_SHARE = PREFILL_UTILIZATION
 _EPS = 1e-9  # float slack so ceil(3.0000000001) stays 3
 
 
@@ -468,6 +476,84 @@ def signal_values(s: PoolSignals, percentile: float, capacity: float | None) -> 
     return {name: value for name, value in values.items() if value is not None}
 
 
+def direct_serving_estimate(
+    prefill: PoolPolicyConfig,
+    decode: PoolPolicyConfig,
+    prefill_reading: PoolReading,
+    decode_reading: PoolReading,
+    current_prefill: int,
+    percentile: float = 90.0,
+) -> SignalEstimate | None:
+    """Can the decode pool serve the prompts itself, so the prefill pool may be at zero? Only for a prefill pool
+    autoscaled down to minReplicas 0, with a timing model of the decode replicas and their reading of the prompts
+    they compute (vLLM's per-request histogram: the requests they serve whole).
+
+    The prompts' work is the prompt tokens both pools compute, as a share of the decode replicas' back-to-back
+    prefill throughput. It fits when the share is at most DIRECT_SERVING_MAX_SHARE, the decode ITL stays inside its
+    target once the prefill pool's share of each second also goes to prompt chunks, the p`N` prompt's own prefill
+    slowed by the whole share stays inside the TTFT target (at zero: the decodes' measured TTFT), and the decode KV
+    cache and queue have room. Then the estimate asks for 0 replicas (it overrides the prefill pool's own signals:
+    they measure a pool that need not exist). At zero, a share over DIRECT_SERVING_RETURN_SHARE, or a latency or
+    room that no longer fits, asks for the prefill replicas the work needs. None when the rule does not apply (the
+    pool's own signals decide)."""
+    if not prefill.enabled or prefill.min_replicas > 0 or prefill.plain_hpa:
+        return None
+    if not isinstance(decode_reading, PoolSignals) or decode_reading.replicas_reporting <= 0:
+        return None
+    d = decode_reading
+    weighable = decode.replica_model is not None and d.computed_tps is not None and d.prefill_tokens is not None
+    if current_prefill > 0 and not (weighable and d.request_rate):
+        return None
+    if not d.request_rate:
+        return SignalEstimate("direct", 0.0, 0, 0, "no traffic on the decodes")
+    if not weighable:
+        # prompts the decodes cannot weigh: a prefill replica again rather than every prompt on the decodes for good
+        what = "no timing model of the decode replicas" if decode.replica_model is None else "no decode reading of"
+        if decode.replica_model is not None:
+            what += " vllm:request_prefill_kv_computed_tokens"
+        return SignalEstimate("direct", 1.0, 1, 1, f"{what}: prefill replicas again")
+    moved, prompts = 0.0, d.prefill_tokens  # the prefill pool's work, which zero replicas moves onto the decodes
+    if current_prefill > 0:
+        if not isinstance(prefill_reading, PoolSignals) or prefill_reading.computed_tps is None:
+            return None
+        moved = prefill_reading.computed_tps
+        if prefill_reading.prefill_tokens is not None:
+            prompts = prefill_reading.prefill_tokens  # the decodes' own reading is mostly pulled KV (0 computed)
+    work = d.computed_tps + moved
+    isl = max(work / d.request_rate, 1.0)
+    capacity = d.replicas_reporting * prefill_throughput(decode.replica_model, isl)
+    share, before = work / capacity, d.computed_tps / capacity
+    # hysteresis: to reach zero the latencies must fit under target minus the tolerance; at zero, the decodes'
+    # measured latencies must pass the target itself to bring prefill replicas back
+    margin = 1.0 if current_prefill == 0 else 1.0 - decode.tolerance
+    limits: list[str] = []
+    if d.itl_p is not None and decode.target_latency_ms > 0:
+        itl_ms = d.itl_p * 1000.0 * (1.0 - before) / max(1.0 - share, _EPS)
+        if itl_ms >= decode.target_latency_ms * margin:
+            limits.append(f"ITL p{percentile:g} {itl_ms:.0f} ms")
+    tokens = prompts.quantile(percentile / 100.0)
+    ttft_ms = None if tokens is None else prefill_ttft(decode.replica_model, tokens) * 1000.0 / max(1.0 - share, _EPS)
+    if current_prefill == 0 and d.ttft_p is not None:
+        ttft_ms = d.ttft_p * 1000.0
+    if ttft_ms is not None and prefill.target_latency_ms > 0:
+        if ttft_ms >= prefill.target_latency_ms * (1.0 if current_prefill == 0 else 1.0 - prefill.tolerance):
+            limits.append(f"TTFT p{percentile:g} {ttft_ms:.0f} ms")
+    if d.kv_usage is not None and d.kv_usage >= KV_SATURATION:
+        limits.append(f"decode KV cache {d.kv_usage:.0%} full")
+    queue = d.queue_per_replica
+    if queue is not None and decode.target_queue_per_replica > 0 and queue > decode.target_queue_per_replica:
+        limits.append(f"decode queue {queue:.1f}/replica")
+    text = f"prompts {work:.0f} tok/s are {share:.0%} of {d.replicas_reporting} decode replicas' prefill throughput"
+    bound = DIRECT_SERVING_RETURN_SHARE if current_prefill == 0 else DIRECT_SERVING_MAX_SHARE
+    if not limits and share <= bound:
+        return SignalEstimate("direct", share, 0, 0, f"{text}: the decode pool serves them (router's direct path)")
+    if current_prefill > 0:
+        return None
+    needed = max(1, _ceil(work / prefill_sla_capacity(prefill.replica_model or decode.replica_model, isl)))
+    why = ", ".join(limits) if limits else f"over {bound:.0%}"
+    return SignalEstimate("direct", share, needed, needed, f"{text} ({why}): prefill replicas again")
+
+
 def _stabilize(
     config: PoolPolicyConfig, current: int, raw: int, history: tuple[Recommendation, ...], now: float
 ) -> int:
@@ -519,11 +605,17 @@ def decide_pool(
     now: float,
     percentile: float = 90.0,
     window_s: float = 60.0,
+    direct: SignalEstimate | None = None,
 ) -> tuple[Decision, PoolScalerState]:
-    """One pool's decision at `now` from its reading and previous state; returns the decision and the next state."""
+    """One pool's decision at `now` from its reading and previous state; returns the decision and the next state.
+    `direct` (prefill only, `direct_serving_estimate`) replaces the pool's own signals when it asks for zero
+    replicas or the pool is at zero."""
     if not config.enabled:
         decision = Decision(config.pool, current, current, None, "autoscaling disabled", {})
         return decision, state
+    overrides = direct is not None and (direct.replicas == 0 or current == 0)
+    if isinstance(reading, MetricsUnavailable) and direct is not None and overrides:
+        return _conclude(config, current, [direct], state, now, {"direct_serving_share": direct.ratio}, 0, "")
     if isinstance(reading, MetricsUnavailable):
         cause = f"holding, metrics unavailable ({reading.reason}: {reading.message})"
         return _hold_decision(config, current, cause, {}), state
@@ -563,12 +655,30 @@ def decide_pool(
     breaches = (latency, _queue_estimate(config, reading, current, sized))
     capped = [_cap_breach(config, e, reading, current, sized.need if sized else 0) for e in breaches]
     estimates = [e for e in (*capped, sized, _idle_estimate(config, reading, current)) if e is not None]
+    if direct is not None and overrides:
+        estimates = [direct]
+        values["direct_serving_share"] = direct.ratio
     if not estimates:
         decision = _hold_decision(config, current, "holding, no usable signal in the reading", values)
         return replace(decision, unattainable=unattainable), replace(
             state, learned_capacity_tps=learned, floor_correction=correction, saturated=saturated
         )
 
+    state = replace(state, learned_capacity_tps=learned, floor_correction=correction, saturated=saturated)
+    return _conclude(config, current, estimates, state, now, values, reading.replicas_reporting, unattainable)
+
+
+def _conclude(
+    config: PoolPolicyConfig,
+    current: int,
+    estimates: list[SignalEstimate],
+    state: PoolScalerState,
+    now: float,
+    values: Mapping[str, float],
+    reporting: int,
+    unattainable: str,
+) -> tuple[Decision, PoolScalerState]:
+    """The decision from the signals' estimates: the driving one, stabilization, step limits and bounds."""
     # most replicas wins, then the larger ratio, then the first listed (latency, queue, capacity); a latency below
     # target drives only when it is the sole signal, and then holds
     driving = max([e for e in estimates if e.recommends] or estimates, key=lambda e: (e.replicas, e.ratio))
@@ -578,8 +688,8 @@ def decide_pool(
     cause = driving.text + (" (within tolerance)" if abs(driving.ratio - 1.0) <= config.tolerance else "")
     if not driving.recommends:
         cause += " (latency alone never scales down)"
-    if 0 < reading.replicas_reporting < current:
-        cause += f" ({reading.replicas_reporting} of {current} replicas reporting)"
+    if 0 < reporting < current:
+        cause += f" ({reporting} of {current} replicas reporting)"
     window = max(config.scale_up_stabilization_s, config.scale_down_stabilization_s)
     history = tuple(r for r in state.recommendations if r.at > now - window) + (Recommendation(now, raw),)
     decision = Decision(
@@ -593,11 +703,7 @@ def decide_pool(
         pressure=max(e.ratio for e in estimates),
         unattainable=unattainable,
     )
-    next_state = PoolScalerState(
-        recommendations=history,
-        last_scale_at=now if desired != current else state.last_scale_at,
-        learned_capacity_tps=learned,
-        floor_correction=correction,
-        saturated=saturated,
+    next_state = replace(
+        state, recommendations=history, last_scale_at=now if desired != current else state.last_scale_at
     )
     return decision, next_state

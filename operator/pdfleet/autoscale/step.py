@@ -157,7 +157,10 @@ def plan_autoscale(
                 events.append(Event("Normal", "ScaledDown", chosen.reason))
 
     enabled = [pool for pool in POOLS if spec.pool(pool).autoscaling.enabled]
-    report: dict[str, Any] = {"metrics": metrics_report(readings, enabled)}
+    # a pool at zero replicas reports nothing, and is decided without its own metrics (the prefill pool, from the
+    # decodes': `direct_serving_estimate`)
+    measured = [pool for pool in enabled if current[pool] > 0]
+    report: dict[str, Any] = {"metrics": metrics_report(readings, measured)}
     for pool in enabled:
         chosen = decision.decisions[pool]
         before = previous.get(pool) or {}

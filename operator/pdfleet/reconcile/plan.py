@@ -136,7 +136,9 @@ def _fleet_conditions(
     unschedulable = sorted({p.unschedulable_message for p in pods if p.unschedulable_message})
     routers = [c for c in children if c.kind == "Deployment"]
     router_ready = any(c.ready_replicas > 0 for c in routers)
-    pools_ready = all(pools[p]["readyReplicas"] >= pools[p]["desiredReplicas"] > 0 for p in POOLS)
+    # a prefill pool may be at zero (the router then serves every request whole on a decode); decode may not
+    pools_ready = all(pools[p]["readyReplicas"] >= pools[p]["desiredReplicas"] for p in POOLS)
+    pools_ready = pools_ready and pools["decode"]["desiredReplicas"] > 0
     rolling = [
         c.name
         for c in children
@@ -146,7 +148,10 @@ def _fleet_conditions(
     not_ready = [f"{p} {pools[p]['summary']}" for p in POOLS if pools[p]["readyReplicas"] < pools[p]["desiredReplicas"]]
     coming = [p for p in POOLS if pools[p]["readyReplicas"] < min(placed[p], pools[p]["desiredReplicas"])]
     if pools_ready and router_ready:
-        ready = _condition("Ready", True, "FleetReady", "all prefill and decode replicas and the router are ready")
+        served = "all prefill and decode replicas and the router are ready"
+        if pools["prefill"]["desiredReplicas"] == 0:
+            served = "the decode replicas and the router are ready; no prefill replicas: decodes serve requests whole"
+        ready = _condition("Ready", True, "FleetReady", served)
     elif unschedulable:
         ready = _condition("Ready", False, "Unschedulable", "pods cannot be scheduled: " + "; ".join(unschedulable))
     elif not_ready and not coming:

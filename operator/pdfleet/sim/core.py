@@ -43,7 +43,7 @@ class RequestRecord:
         self.ttft: float | None = None  # client-side: arrival to first token of the answer
         self.tpot: float | None = None  # mean inter-token time of the answer (0 for one-token answers)
         self.finished_at: float | None = None
-        self.path = ""  # "pd" (prefill then decode), "direct" (short prompt on a decode) or "colocated"
+        self.path = ""  # "pd", "direct" (short prompt on a decode), "fallback" (no Ready prefill) or "colocated"
         self.kv_transfer_s = 0.0
         self.locality = ""
         self.rejected = False  # prompt + output over the context limit: refused at arrival, as vLLM does
@@ -197,7 +197,7 @@ class Simulation:
             max_num_seqs=fleet.max_num_seqs,
             max_num_batched_tokens=fleet.max_num_batched_tokens,
             kv_capacity_tokens=fleet.kv_capacity_tokens,
-            prefix_caching=fleet.prefix_caching and (pool == "prefill" or not fleet.disaggregated),
+            prefix_caching=fleet.prefix_caching,
             prefix_block_tokens=fleet.prefix_block_tokens,
             stats=self.stats[pool],
         )
@@ -228,7 +228,7 @@ class Simulation:
 
     def scale(self, pool: str, target: int) -> None:
         """Move the pool to `target` replicas: add starting ones, or cancel starting ones then drain the newest."""
-        target = max(1, target)
+        target = max(self._min_replicas(pool), target)
         active = self._active(pool)
         if target > len(active):
             self._add_replicas(pool, target - len(active), ready_now=False)
@@ -244,6 +244,11 @@ class Simulation:
                     replica.engine.draining = True
                     self._retire_if_drained(replica)
         self._record_sizes(pool)
+
+    def _min_replicas(self, pool: str) -> int:
+        """A PD fleet's prefill pool may be empty (the router serves every prompt on a decode); a pool that serves
+        requests end to end may not."""
+        return 0 if pool == "prefill" else 1
 
     def _add_replicas(self, pool: str, count: int, ready_now: bool) -> None:
         """Add up to `count` replicas; what the racks cannot hold is counted as denied."""
@@ -332,6 +337,11 @@ class Simulation:
         hashes = self._prefix_hashes(request) if self.fleet.prefix_affinity else ()
         owner = self.affinity.lookup(hashes) if hashes else None
         engine = choose_prefill(engines, set(), owner, self._next_tiebreak())
+        if engine is None and pool == "prefill":
+            # no Ready prefill in the router's view: it serves the request whole on a decode (its fallback path)
+            record.path = "fallback"
+            self._to_decode(record, None)
+            return
         if engine is None:
             self.backlog[pool].append((record, None))
             return
@@ -356,7 +366,8 @@ class Simulation:
         request = record.request
         engine.inflight += 1
         if prefill is None:
-            seq = SimSeq(record, self.now, request.prompt_tokens, request.output_tokens)
+            prefix = self._prefix_hashes(request)
+            seq = SimSeq(record, self.now, request.prompt_tokens, request.output_tokens, prefix=prefix)
             self._schedule_engine(engine, engine.submit(seq, self.now))
             return
         intra, cross = self.fleet.links
@@ -410,7 +421,7 @@ class Simulation:
         """Run until every request finished (or `max_events`); returns the raw result."""
         initial = self.policy.initial(self.fleet)
         for pool in self.pools:
-            self._add_replicas(pool, max(1, initial.get(pool, 1)), ready_now=True)
+            self._add_replicas(pool, max(self._min_replicas(pool), initial.get(pool, 1)), ready_now=True)
             self._record_sizes(pool)
         horizon = self.trace[-1].arrival if self.trace else 0.0
         if self.policy.interval_s:

@@ -161,6 +161,7 @@ def hpa_queue_config(fleet: FleetConfig) -> FleetPolicyConfig:
     """The operator's policy with only the queue signal and HPA's default scale-up/down behaviour."""
     base = pdfleet_config(fleet)
     only_queue = dict(
+        min_replicas=1,  # HPA's default minReplicas (scale to zero is behind its HPAScaleToZero feature gate)
         target_latency_ms=0.0,
         capacity_tokens_per_s=None,
         max_scale_up_step=HPA_SCALE_UP_PODS,
