@@ -179,3 +179,66 @@ def test_each_pool_scales_on_its_own_signal_drains_before_shrinking_and_holds_wi
     assert "unreachable" in condition["message"].lower() or "refused" in condition["message"].lower()
     time.sleep(5)
     assert replicas() == held
+
+
+def test_prefill_goes_to_zero_while_the_decodes_take_its_prompts_and_comes_back_when_they_cannot(
+    pdfleet_operator: Any, kube: Any, namespace: str, engines: dict[str, list[EngineProcess]]
+):
+    name = "direct"
+    targets = [
+        ScrapeTarget(
+            f"{e.host}:{e.port}",
+            {"namespace": namespace, "pdd": name, "pool": pool, "pod": f"{name}-{pool}-{e.rack}-0", "rack": e.rack},
+        )
+        for pool, processes in engines.items()
+        for e in processes
+    ]
+    custom = client.CustomObjectsApi(kube)
+
+    def pdd() -> dict[str, Any]:
+        return custom.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, name)
+
+    def events(reason: str) -> list[str]:
+        return [
+            e.message
+            for e in client.CoreV1Api(kube).list_namespaced_event(namespace).items
+            if e.involved_object.name == name and e.reason == reason
+        ]
+
+    with start_prometheus(targets=targets, scrape_interval=1.0) as prometheus:
+        prometheus.wait_for_healthy_targets(4)
+        spec = fleet_spec(
+            1,
+            2,
+            served_name=MODEL,
+            gpu_product="NVIDIA-H100-80GB-HBM3",  # the decodes' timing model weighs the prompts
+            sla={"ttftMs": 500, "tpotMs": 50},
+            autoscaler={"intervalSeconds": 2, "windowSeconds": 6},
+            prometheus={"url": prometheus.url},
+        )
+        # minReplicas left out: the prefill pool's default is 0
+        spec["prefill"]["autoscaling"] = {"enabled": True, "maxReplicas": 2, "scaleDownStabilizationSeconds": 6}
+        custom.create_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, pdd_body(name, spec))
+
+        # 1. Short prompts the decodes serve whole (the router's direct path): prefill drains and goes to zero.
+        load = Load(engines["decode"], concurrency=1, prompt_tokens=300, max_tokens=20)
+        try:
+            wait_until(lambda: pdd()["spec"]["prefill"]["replicas"] == 0, 60, "prefill to go to zero")
+            down = wait_until(lambda: events("ScaledDown"), 10, "the ScaledDown event")
+            assert any("prefill 1\u21920" in m and "the decode pool serves them" in m for m in down), down
+            status = pdd()["status"]
+            assert status["autoscaler"]["prefill"]["drivingSignal"] == "direct"
+            assert status["autoscaler"]["metrics"]["available"] is True
+        finally:
+            load.stop()
+        assert not load.errors
+
+        # 2. Long prompts queue on the decodes: their TTFT passes the target and prefill replicas come back.
+        load = Load(engines["decode"], concurrency=6, prompt_tokens=1000, max_tokens=1)
+        try:
+            wait_until(lambda: pdd()["spec"]["prefill"]["replicas"] >= 1, 60, "prefill to come back")
+            up = wait_until(lambda: events("ScaledUp"), 10, "the ScaledUp event")
+            assert any(m.startswith("prefill 0\u2192") and "prefill replicas again" in m for m in up), up
+        finally:
+            load.stop()
+    custom.delete_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, name)

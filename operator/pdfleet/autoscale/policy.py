@@ -517,7 +517,7 @@ def direct_serving_estimate(
         if not isinstance(prefill_reading, PoolSignals) or prefill_reading.computed_tps is None:
             return None
         moved = prefill_reading.computed_tps
-        if prefill_reading.prefill_tokens is not None:
+        if prefill_reading.prefill_tokens is not None and prefill_reading.prefill_tokens.total > 0:
             prompts = prefill_reading.prefill_tokens  # the decodes' own reading is mostly pulled KV (0 computed)
     work = d.computed_tps + moved
     isl = max(work / d.request_rate, 1.0)
