@@ -142,6 +142,15 @@ def test_with_no_prefill_replica_the_router_serves_requests_whole_on_a_decode() 
     assert computed[0] == 2500 and max(computed[1:]) <= 2500 - 30 * 64
 
 
+def test_a_decode_caches_the_prefixes_it_pulled_so_it_serves_them_whole_later_without_recomputing() -> None:
+    # vLLM caches blocks received from a prefill like computed ones; the prefill pool goes away after the pull
+    prefix = tuple(range(30))
+    simulation = Simulation(SMALL, [TraceRequest(0.0, 2500, 5, prefix)], StaticPolicy("s", {"prefill": 1, "decode": 1}))
+    simulation.run()
+    decode = next(r.engine for r in simulation.replicas["decode"])
+    assert decode.cached_prefix_tokens(simulation._prefix_hashes(TraceRequest(0.0, 2500, 5, prefix))) == 30 * 64
+
+
 def test_a_policy_may_take_the_prefill_pool_to_zero_but_not_the_decode_pool() -> None:
     trace = steady(rate=2.0, duration=120.0)
     simulation = Simulation(SMALL, trace, StaticPolicy("static", {"prefill": 1, "decode": 1}))

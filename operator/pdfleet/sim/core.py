@@ -381,7 +381,9 @@ class Simulation:
     def _kv_landed(self, record: RequestRecord, engine: SimEngine) -> None:
         engine.pulling -= 1
         request = record.request
-        seq = SimSeq(record, self.now, request.prompt_tokens, request.output_tokens, cached=request.prompt_tokens)
+        # vLLM caches the pulled blocks as it does computed ones, so the decode's prefix cache warms on PD requests
+        prefix = self._prefix_hashes(request)
+        seq = SimSeq(record, self.now, request.prompt_tokens, request.output_tokens, request.prompt_tokens, prefix)
         self._schedule_engine(engine, engine.submit(seq, self.now))
 
     def _drain_backlog(self, pool: str) -> None:
