@@ -138,10 +138,18 @@ def test_at_zero_prompts_over_the_return_share_bring_prefill_replicas_back():
 def test_at_zero_a_measured_latency_over_target_brings_prefill_replicas_back():
     ttft = decide(fleet(), 0, at_zero(0.1, ttft_p=0.6)).decisions["prefill"]
     assert ttft.desired >= 1 and "TTFT p90 600 ms" in ttft.reason
-    itl = decide(fleet(), 0, at_zero(0.1, itl_p=0.055)).decisions["prefill"]
+    # decode not autoscaled: prefill replicas are what can take the prompts' share off its steps
+    fixed_decode = FleetPolicyConfig(prefill=pool_config("prefill"), decode=pool_config("decode", enabled=False))
+    itl = decide(fixed_decode, 0, at_zero(0.1, itl_p=0.055)).decisions["prefill"]
     assert itl.desired >= 1 and "ITL p90 55 ms" in itl.reason
     # under the target itself (hysteresis: going to zero needed 10 % below it) the pool stays at zero
-    assert decide(fleet(), 0, at_zero(0.1, itl_p=0.047)).decisions["prefill"].desired == 0
+    assert decide(fixed_decode, 0, at_zero(0.1, itl_p=0.047)).decisions["prefill"].desired == 0
+
+
+def test_at_zero_an_autoscaled_decode_pool_answers_its_own_itl_breach():
+    result = decide(fleet(), 0, at_zero(0.1, itl_p=0.08))
+    assert result.decisions["prefill"].desired == 0
+    assert result.decisions["decode"].desired > 2
 
 
 def test_at_zero_decodes_without_the_prompt_histogram_bring_one_prefill_replica_back():
