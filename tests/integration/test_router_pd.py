@@ -204,6 +204,26 @@ async def test_short_prompts_take_the_direct_path(router: Router, fleet: dict[st
     assert router.metrics()['pdfleet_router_requests_total{path="direct",status="200"}'] == 6
 
 
+async def test_with_the_prefill_pool_at_zero_every_prompt_is_served_whole_on_a_decode(
+    fleet: dict[str, EngineProcess],
+) -> None:
+    before = {n: engine_count(p, "vllm:e2e_request_latency_seconds_count") for n, p in fleet.items()}
+    decodes_only = view([endpoint(n, "decode", fleet[n]) for n in ("d-a", "d-b")])
+    draining = full_view(fleet, draining=("p-a", "p-b"))  # the autoscaler's drain of the last prefills
+    for fleet_view in (decodes_only, draining):
+        r = Router(fleet_view)
+        try:
+            results = await batch(r.url, [body(LONG_PROMPT + str(i)) for i in range(3)])
+            assert [s for s, _ in results] == [200] * 3, results
+            m = r.metrics()
+            assert m['pdfleet_router_requests_total{path="direct",status="200"}'] == 3
+            assert m.get("pdfleet_router_fallbacks_total", 0) == 0  # the fleet's shape, not a failure
+        finally:
+            r.stop()
+    after = {n: engine_count(p, "vllm:e2e_request_latency_seconds_count") for n, p in fleet.items()}
+    assert after["p-a"] == before["p-a"] and after["p-b"] == before["p-b"]
+
+
 async def test_kv_transfer_failures_retry_then_fall_back(router: Router, fleet: dict[str, EngineProcess]) -> None:
     try:
         for p in ("p-a", "p-b"):

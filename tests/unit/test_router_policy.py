@@ -46,9 +46,17 @@ def test_token_estimate_is_chars_over_four_plus_chat_overhead() -> None:
 
 
 def test_short_prompts_go_direct() -> None:
-    assert not should_disaggregate(255, 256)
-    assert should_disaggregate(256, 256)
-    assert should_disaggregate(0, 0)
+    prefills = [E("p1")]
+    assert not should_disaggregate(255, 256, prefills)
+    assert should_disaggregate(256, 256, prefills)
+    assert should_disaggregate(0, 0, prefills)
+
+
+def test_a_prefill_pool_at_zero_or_draining_to_it_serves_every_prompt_whole() -> None:
+    assert not should_disaggregate(10_000, 256, [])
+    assert not should_disaggregate(10_000, 256, [E("p1", draining=True)])
+    # an unhealthy prefill is a failure the prefill leg handles (retries, then the fallback), not the fleet's shape
+    assert should_disaggregate(10_000, 256, [E("p1", healthy=False)])
 
 
 def test_prefix_hashes_chain_over_full_blocks() -> None:

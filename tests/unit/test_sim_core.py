@@ -130,12 +130,12 @@ def test_short_prompts_bypass_prefill() -> None:
 
 
 def test_with_no_prefill_replica_the_router_serves_requests_whole_on_a_decode() -> None:
-    # the router's fallback path; the decodes cache prefixes too (vLLM's default), so a shared one is computed once
+    # the router serves them whole; the decodes cache prefixes too (vLLM's default), so a shared one is computed once
     prefix = tuple(range(30))
     trace = [TraceRequest(i * 0.5, 2500, 5, prefix) for i in range(20)]
     simulation = Simulation(SMALL, trace, StaticPolicy("static", {"prefill": 0, "decode": 1}))
     result = simulation.run()
-    assert {r.path for r in result.records} == {"fallback"}
+    assert {r.path for r in result.records} == {"direct"}
     assert all(r.finished_at is not None for r in result.records)
     assert not [r for r in result.replicas if r.engine.pool == "prefill"]
     computed = [tokens for _, tokens in simulation.stats["decode"].computed]

@@ -65,9 +65,11 @@ def estimate_prompt_tokens(body: dict[str, Any], prompt: str | list[Any]) -> int
     return tokens
 
 
-def should_disaggregate(estimated_tokens: int, min_prompt_tokens: int) -> bool:
-    """Short prompts go straight to a decode instance, which does both phases."""
-    return estimated_tokens >= min_prompt_tokens
+def should_disaggregate(estimated_tokens: int, min_prompt_tokens: int, prefills: Sequence[Candidate]) -> bool:
+    """Short prompts go straight to a decode instance, which does both phases; so does every prompt while the prefill
+    pool has no endpoint that is not draining (autoscaled to zero, or on its way there): that is the fleet's chosen
+    shape, not a failed prefill (which falls back)."""
+    return estimated_tokens >= min_prompt_tokens and any(not c.draining for c in prefills)
 
 
 def prefix_block_hashes(prompt: str | list[Any], block_tokens: int) -> tuple[int, ...]:

@@ -289,7 +289,9 @@ class PDRouter:
         try:
             prompt = policy.prompt_of(body)
             estimate = policy.estimate_prompt_tokens(body, prompt)
-            disaggregate = policy.should_disaggregate(estimate, rules.disaggregate_min_prompt_tokens)
+            disaggregate = policy.should_disaggregate(
+                estimate, rules.disaggregate_min_prompt_tokens, self.registry.prefills
+            )
             hashes = (
                 policy.prefix_block_hashes(prompt, rules.prefix_block_tokens)
                 if disaggregate and rules.prefix_affinity

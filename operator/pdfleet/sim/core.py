@@ -43,7 +43,7 @@ class RequestRecord:
         self.ttft: float | None = None  # client-side: arrival to first token of the answer
         self.tpot: float | None = None  # mean inter-token time of the answer (0 for one-token answers)
         self.finished_at: float | None = None
-        self.path = ""  # "pd", "direct" (short prompt on a decode), "fallback" (no Ready prefill) or "colocated"
+        self.path = ""  # "pd", "direct" (short prompt, or no prefill replica: on a decode) or "colocated"
         self.kv_transfer_s = 0.0
         self.locality = ""
         self.rejected = False  # prompt + output over the context limit: refused at arrival, as vLLM does
@@ -323,7 +323,9 @@ class Simulation:
         if not self.fleet.disaggregated:
             record.path = "colocated"
             self._to_prefill_like(record, self.pools[0])
-        elif should_disaggregate(request.prompt_tokens, self.fleet.disaggregate_min_prompt_tokens):
+        elif should_disaggregate(
+            request.prompt_tokens, self.fleet.disaggregate_min_prompt_tokens, self._ready_engines("prefill")
+        ):
             record.path = "pd"
             self._to_prefill_like(record, "prefill")
         else:
@@ -337,11 +339,6 @@ class Simulation:
         hashes = self._prefix_hashes(request) if self.fleet.prefix_affinity else ()
         owner = self.affinity.lookup(hashes) if hashes else None
         engine = choose_prefill(engines, set(), owner, self._next_tiebreak())
-        if engine is None and pool == "prefill":
-            # no Ready prefill in the router's view: it serves the request whole on a decode (its fallback path)
-            record.path = "fallback"
-            self._to_decode(record, None)
-            return
         if engine is None:
             self.backlog[pool].append((record, None))
             return
