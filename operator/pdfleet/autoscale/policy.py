@@ -95,7 +95,7 @@ def fresh_state(current: int, now: float) -> PoolScalerState:
 class SignalEstimate:
     """One signal's HPA recommendation: `ratio` is observed/target adjusted for missing replicas."""
 
-    name: str  # "latency" | "queue" | "capacity"
+    name: str  # "latency" | "queue" | "capacity" | "idle" | "direct"
     ratio: float
     replicas: int
     need: int  # what the reporting replicas' reading alone calls for: ceil(reporting x observed / target)
@@ -110,7 +110,7 @@ class Decision:
     pool: str
     current: int
     desired: int
-    driving_signal: str | None  # "latency" | "queue" | "capacity"; None when holding
+    driving_signal: str | None  # "latency" | "queue" | "capacity" | "idle" | "direct" (prefill at zero); None: holding
     cause: str  # what the driving signal saw, e.g. "TTFT p90 812 ms > 500 ms"
     signals: Mapping[str, float]
     notes: tuple[str, ...] = ()  # each constraint that moved the result (stabilization, steps, bounds, fleet)
