@@ -87,34 +87,48 @@ class Load:
             thread.join(timeout=70)
 
 
+class Fleet:
+    """One PDDeployment of this module: the scrape targets its engines stand in for, its object and its Events."""
+
+    def __init__(self, kube: Any, namespace: str, name: str, engines: dict[str, list[EngineProcess]]) -> None:
+        self.kube, self.namespace, self.name = kube, namespace, name
+        self.custom = client.CustomObjectsApi(kube)
+        self.targets = [
+            ScrapeTarget(
+                f"{e.host}:{e.port}",
+                {"namespace": namespace, "pdd": name, "pool": pool, "pod": f"{name}-{pool}-{e.rack}-0", "rack": e.rack},
+            )
+            for pool, processes in engines.items()
+            for e in processes
+        ]
+
+    def create(self, spec: dict[str, Any]) -> None:
+        self.custom.create_namespaced_custom_object(
+            API_GROUP, API_VERSION, self.namespace, PLURAL, pdd_body(self.name, spec)
+        )
+
+    def pdd(self) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(API_GROUP, API_VERSION, self.namespace, PLURAL, self.name)
+
+    def replicas(self) -> dict[str, int]:
+        spec = self.pdd()["spec"]
+        return {pool: spec[pool]["replicas"] for pool in ("prefill", "decode")}
+
+    def events(self, reason: str) -> list[str]:
+        return [
+            e.message
+            for e in client.CoreV1Api(self.kube).list_namespaced_event(self.namespace).items
+            if e.involved_object.name == self.name and e.reason == reason
+        ]
+
+
 def test_each_pool_scales_on_its_own_signal_drains_before_shrinking_and_holds_without_metrics(
     pdfleet_operator: Any, kube: Any, namespace: str, engines: dict[str, list[EngineProcess]]
 ):
-    targets = [
-        ScrapeTarget(
-            f"{e.host}:{e.port}",
-            {"namespace": namespace, "pdd": NAME, "pool": pool, "pod": f"{NAME}-{pool}-{e.rack}-0", "rack": e.rack},
-        )
-        for pool, processes in engines.items()
-        for e in processes
-    ]
-    custom = client.CustomObjectsApi(kube)
+    fleet = Fleet(kube, namespace, NAME, engines)
+    pdd, replicas, events = fleet.pdd, fleet.replicas, fleet.events
 
-    def pdd() -> dict[str, Any]:
-        return custom.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME)
-
-    def replicas() -> dict[str, int]:
-        spec = pdd()["spec"]
-        return {pool: spec[pool]["replicas"] for pool in ("prefill", "decode")}
-
-    def events(reason: str) -> list[str]:
-        return [
-            e.message
-            for e in client.CoreV1Api(kube).list_namespaced_event(namespace).items
-            if e.involved_object.name == NAME and e.reason == reason
-        ]
-
-    with start_prometheus(targets=targets, scrape_interval=1.0) as prometheus:
+    with start_prometheus(targets=fleet.targets, scrape_interval=1.0) as prometheus:
         prometheus.wait_for_healthy_targets(4)
         scaling = {
             "enabled": True,
@@ -132,7 +146,7 @@ def test_each_pool_scales_on_its_own_signal_drains_before_shrinking_and_holds_wi
             autoscaler={"intervalSeconds": 2, "windowSeconds": 6},
             prometheus={"url": prometheus.url},
         )
-        custom.create_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, pdd_body(NAME, spec))
+        fleet.create(spec)
 
         # 1. Prefill-heavy load: TTFT breaches, prefill scales up, decode stays.
         load = Load(engines["prefill"], concurrency=6, prompt_tokens=1000, max_tokens=1)
@@ -184,28 +198,10 @@ def test_each_pool_scales_on_its_own_signal_drains_before_shrinking_and_holds_wi
 def test_prefill_goes_to_zero_while_the_decodes_take_its_prompts_and_comes_back_when_they_cannot(
     pdfleet_operator: Any, kube: Any, namespace: str, engines: dict[str, list[EngineProcess]]
 ):
-    name = "direct"
-    targets = [
-        ScrapeTarget(
-            f"{e.host}:{e.port}",
-            {"namespace": namespace, "pdd": name, "pool": pool, "pod": f"{name}-{pool}-{e.rack}-0", "rack": e.rack},
-        )
-        for pool, processes in engines.items()
-        for e in processes
-    ]
-    custom = client.CustomObjectsApi(kube)
+    fleet = Fleet(kube, namespace, "direct", engines)
+    pdd, events = fleet.pdd, fleet.events
 
-    def pdd() -> dict[str, Any]:
-        return custom.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, name)
-
-    def events(reason: str) -> list[str]:
-        return [
-            e.message
-            for e in client.CoreV1Api(kube).list_namespaced_event(namespace).items
-            if e.involved_object.name == name and e.reason == reason
-        ]
-
-    with start_prometheus(targets=targets, scrape_interval=1.0) as prometheus:
+    with start_prometheus(targets=fleet.targets, scrape_interval=1.0) as prometheus:
         prometheus.wait_for_healthy_targets(4)
         spec = fleet_spec(
             1,
@@ -218,7 +214,7 @@ def test_prefill_goes_to_zero_while_the_decodes_take_its_prompts_and_comes_back_
         )
         # minReplicas left out: the prefill pool's default is 0
         spec["prefill"]["autoscaling"] = {"enabled": True, "maxReplicas": 2, "scaleDownStabilizationSeconds": 6}
-        custom.create_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, pdd_body(name, spec))
+        fleet.create(spec)
 
         # 1. Short prompts the decodes serve whole (the router's direct path): prefill drains and goes to zero.
         load = Load(engines["decode"], concurrency=1, prompt_tokens=300, max_tokens=20)
@@ -241,4 +237,4 @@ def test_prefill_goes_to_zero_while_the_decodes_take_its_prompts_and_comes_back_
             assert any(m.startswith("prefill 0\u2192") and "prefill replicas again" in m for m in up), up
         finally:
             load.stop()
-    custom.delete_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, name)
+    fleet.custom.delete_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, fleet.name)
