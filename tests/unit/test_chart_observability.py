@@ -281,3 +281,55 @@ def test_target_unattainable_alert_fires_after_ten_minutes(tmp_path: Path, value
     path.write_text(yaml.safe_dump({"rule_files": [str(rules)], "evaluation_interval": "1m", "tests": [test]}))
     result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def ttft_breach_test(pools: dict[str, float]) -> dict:
+    """A promtool unit test of PDFleetTTFTSLABreach: every request of each pool in `pools` takes that many seconds."""
+    (alert,) = [a for a in alerts.alerts() if a.name == "PDFleetTTFTSLABreach"]
+    fleet = 'namespace="ml", pdd="chat"'
+    series = [{"series": f'{fm.SLA_TARGET_SECONDS}{{{fleet}, objective="ttft"}}', "values": "0.5x30"}]
+    for pool, seconds in pools.items():
+        for le in ("0.25", "1", "+Inf"):
+            per_minute = 60 if float(le) >= seconds else 0
+            series.append(
+                {
+                    "series": f'vllm:time_to_first_token_seconds_bucket{{{fleet}, pool="{pool}", le="{le}"}}',
+                    "values": f"0+{per_minute}x30",
+                }
+            )
+    return {
+        "interval": "1m",
+        "input_series": series,
+        "alert_rule_test": [{"eval_time": "20m", "alertname": alert.name}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("pools", "firing"),
+    [({"prefill": 0.1, "decode": 0.9}, False), ({"decode": 0.9}, True), ({"decode": 0.1}, False)],
+    ids=["prefill-pool-decides", "prefill-at-zero-slow-decodes", "prefill-at-zero-fast-decodes"],
+)
+def test_ttft_alert_reads_the_decodes_when_the_prefill_pool_is_at_zero(
+    tmp_path: Path, pools: dict[str, float], firing: bool
+) -> None:
+    promtool = shutil.which("promtool")
+    if not promtool:
+        pytest.skip("promtool not installed (Debian package prometheus)")
+    rules = tmp_path / "alert-rules.yaml"
+    rules.write_text(alerts.rules_file())
+    test = ttft_breach_test(pools)
+    (alert,) = [a for a in alerts.alerts() if a.name == "PDFleetTTFTSLABreach"]
+    description = alert.description.replace("{{ $labels.namespace }}", "ml").replace("{{ $labels.pdd }}", "chat")
+    expected = {
+        "exp_labels": {"namespace": "ml", "pdd": "chat", "severity": "warning"},
+        "exp_annotations": {
+            "summary": alert.summary,
+            "description": description.replace("{{ $value | humanizeDuration }}", "925ms"),
+        },
+    }
+    fired = [expected] if firing else []
+    test["alert_rule_test"][0]["exp_alerts"] = fired
+    path = tmp_path / "alert-test.yaml"
+    path.write_text(yaml.safe_dump({"rule_files": [str(rules)], "evaluation_interval": "1m", "tests": [test]}))
+    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr

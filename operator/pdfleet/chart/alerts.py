@@ -40,8 +40,11 @@ class Alert:
         return f"{self.signal} {self.comparison}"
 
 
-def _sla_breach(objective: str, field_name: str, pool: str, what: str) -> Alert:
-    p90 = engine_quantile(0.9, field_name, FLEET, f'pool="{pool}"', WINDOW)
+def _sla_breach(objective: str, field_name: str, pools: tuple[str, ...], what: str) -> Alert:
+    """p90 of the first of `pools` with series: `or` keeps the left side wherever it has a sample per fleet."""
+    p90 = " or ".join(engine_quantile(0.9, field_name, FLEET, f'pool="{pool}"', WINDOW) for pool in pools)
+    if len(pools) > 1:
+        p90 = f"({p90})"  # `or` binds looser than the comparison that follows
     return Alert(
         name=f"PDFleet{objective.upper()}SLABreach",
         signal=p90,
@@ -58,8 +61,9 @@ def alerts() -> tuple[Alert, ...]:
     """Every alert, in rule-file order."""
     engines_up = f"count by ({POOL}) ({engine_series('running_gauge', '', ENGINE_POOLS)})"
     return (
-        _sla_breach("ttft", "ttft_histogram", "prefill", "TTFT (prefill pool)"),
-        _sla_breach("tpot", "itl_histogram", "decode", "TPOT / inter-token latency (decode pool)"),
+        # a prefill pool at zero has no series: the decodes then compute every prompt, and theirs is the TTFT
+        _sla_breach("ttft", "ttft_histogram", ("prefill", "decode"), "TTFT (prefill pool, or decodes without one)"),
+        _sla_breach("tpot", "itl_histogram", ("decode",), "TPOT / inter-token latency (decode pool)"),
         Alert(
             name="PDFleetEngineMetricsMissing",
             signal=f'{fm.POOL_REPLICAS}{{state="ready"}}',
