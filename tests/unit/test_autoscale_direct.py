@@ -175,3 +175,8 @@ def test_at_zero_without_decode_metrics_the_pool_holds():
     }
     result = decide(fleet(), 0, readings)
     assert result.decisions["prefill"].desired == 0 and result.decisions["prefill"].held
+
+
+def test_at_zero_the_prefill_pools_ttft_is_the_decodes():
+    decision = decide(fleet(), 0, at_zero(0.1, ttft_p=0.2)).decisions["prefill"]
+    assert decision.signals["ttft_p90_ms"] == pytest.approx(200.0)

@@ -13,7 +13,7 @@ from typing import Mapping
 from pdfleet import POOLS
 from pdfleet.autoscale.config import FleetPolicyConfig
 from pdfleet.autoscale.policy import Decision, PoolScalerState, decide_pool, direct_serving_estimate
-from pdfleet.autoscale.signals import PoolReading
+from pdfleet.autoscale.signals import PoolReading, PoolSignals
 
 _EPS = 1e-9
 
@@ -187,6 +187,11 @@ def decide_fleet(
             window_s=config.window_s,
             direct=direct if pool == "prefill" else None,
         )
+    decode_reading = readings["decode"]
+    if current["prefill"] == 0 and isinstance(decode_reading, PoolSignals) and decode_reading.ttft_p is not None:
+        # with no prefill replica the decodes compute every prompt: theirs is the pool's TTFT (SLAMet, dashboards)
+        ttft = {f"ttft_p{config.percentile:g}_ms": decode_reading.ttft_p * 1000.0}
+        decisions["prefill"] = replace(decisions["prefill"], signals={**decisions["prefill"].signals, **ttft})
     final = apply_fleet_constraints(config, decisions)
     for pool, decision in final.items():
         changed = decision.desired != decision.current
