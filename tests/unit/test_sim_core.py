@@ -148,7 +148,7 @@ def test_a_decode_caches_the_prefixes_it_pulled_so_it_serves_them_whole_later_wi
     simulation = Simulation(SMALL, [TraceRequest(0.0, 2500, 5, prefix)], StaticPolicy("s", {"prefill": 1, "decode": 1}))
     simulation.run()
     decode = next(r.engine for r in simulation.replicas["decode"])
-    assert decode.cached_prefix_tokens(simulation._prefix_hashes(TraceRequest(0.0, 2500, 5, prefix))) == 30 * 64
+    assert decode.cached_prefix_tokens(simulation.records[0].prefix) == 30 * 64
 
 
 def test_a_policy_may_take_the_prefill_pool_to_zero_but_not_the_decode_pool() -> None:

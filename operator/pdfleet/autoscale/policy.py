@@ -55,10 +55,11 @@ LATENCY_BREACH_MIN_UTILIZATION = 0.3
 # (at least LEARNED_CAPACITY_UTILIZATION of it, so at most 2x per sample) is a conservative sample.
 HEADROOM_LEARN_MAX_RATIO = 0.5
 # A prefill pool allowed to reach zero replicas goes there while its prompts would take at most this share of the
-# decode replicas' modelled prefill throughput: the router then serves every request whole on a decode (its fallback
+# decode replicas' modelled prefill throughput: the router then serves every request whole on a decode (its direct
 # path), and the prompts' chunks slow the decode steps by about that share. At zero it comes back once they take the
-# share a prefill replica is sized at (PREFILL_UTILIZATION); the gap keeps it from flapping. 0.15 first, 0.3 from the
-# held-out decode-heavy 8x run (prompts at 25 % of two decodes, served within the SLA), docs/autoscaling.md.
+# share a prefill replica is sized at (PREFILL_UTILIZATION); the gap keeps it from flapping. 0.15, 0.3 and 0.35 were
+# run on the held-out decode-heavy 8x trace (prompts at 20-31 % of two decodes, which alone served it within the SLA;
+# at 0.3 two readings over it restarted the scale-down window), docs/autoscaling.md.
 DIRECT_SERVING_MAX_SHARE = 0.35
 DIRECT_SERVING_RETURN_SHARE = PREFILL_UTILIZATION
 _EPS = 1e-9  # float slack so ceil(3.0000000001) stays 3
@@ -508,9 +509,11 @@ def direct_serving_estimate(
         return SignalEstimate("direct", 0.0, 0, 0, "no traffic on the decodes")
     if not weighable:
         # prompts the decodes cannot weigh: a prefill replica again rather than every prompt on the decodes for good
-        what = "no timing model of the decode replicas" if decode.replica_model is None else "no decode reading of"
-        if decode.replica_model is not None:
-            what += " vllm:request_prefill_kv_computed_tokens"
+        what = (
+            "no timing model of the decode replicas"
+            if decode.replica_model is None
+            else "no decode reading of vllm:request_prefill_kv_computed_tokens"
+        )
         return SignalEstimate("direct", 1.0, 1, 1, f"{what}: prefill replicas again")
     moved, prompts = 0.0, d.prefill_tokens  # the prefill pool's work, which zero replicas moves onto the decodes
     if current_prefill > 0:
@@ -616,9 +619,9 @@ def decide_pool(
     if not config.enabled:
         decision = Decision(config.pool, current, current, None, "autoscaling disabled", {})
         return decision, state
-    overrides = direct is not None and (direct.replicas == 0 or current == 0)
-    if isinstance(reading, MetricsUnavailable) and direct is not None and overrides:
-        return _conclude(config, current, [direct], state, now, {"direct_serving_share": direct.ratio}, 0, "")
+    override = direct if direct is not None and (direct.replicas == 0 or current == 0) else None
+    if isinstance(reading, MetricsUnavailable) and override is not None:
+        return _conclude(config, current, [override], state, now, {"direct_serving_share": override.ratio}, 0, "")
     if isinstance(reading, MetricsUnavailable):
         cause = f"holding, metrics unavailable ({reading.reason}: {reading.message})"
         return _hold_decision(config, current, cause, {}), state
@@ -658,9 +661,9 @@ def decide_pool(
     breaches = (latency, _queue_estimate(config, reading, current, sized))
     capped = [_cap_breach(config, e, reading, current, sized.need if sized else 0) for e in breaches]
     estimates = [e for e in (*capped, sized, _idle_estimate(config, reading, current)) if e is not None]
-    if direct is not None and overrides:
-        estimates = [direct]
-        values["direct_serving_share"] = direct.ratio
+    if override is not None:
+        estimates = [override]
+        values["direct_serving_share"] = override.ratio
     if not estimates:
         decision = _hold_decision(config, current, "holding, no usable signal in the reading", values)
         return replace(decision, unattainable=unattainable), replace(

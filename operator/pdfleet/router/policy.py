@@ -7,7 +7,7 @@ template per chat message; a prompt given as token ids counts exactly. It only p
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Hashable, Protocol, Sequence, TypeVar
+from typing import Any, Hashable, Iterable, Protocol, Sequence, TypeVar
 
 CHARS_PER_TOKEN = 4
 CHAT_TOKENS_PER_MESSAGE = 4
@@ -76,11 +76,16 @@ def prefix_block_hashes(prompt: str | list[Any], block_tokens: int) -> tuple[int
     """Chained hashes of the leading full prompt blocks: entry k identifies the first k+1 blocks."""
     size = block_tokens if isinstance(prompt, list) else block_tokens * CHARS_PER_TOKEN
     count = min(len(prompt) // size, MAX_PREFIX_BLOCKS)
+    blocks = (prompt[k * size : (k + 1) * size] for k in range(count))
+    return chain_hashes(tuple(block) if isinstance(block, list) else block for block in blocks)
+
+
+def chain_hashes(blocks: Iterable[Hashable]) -> tuple[int, ...]:
+    """Chained hashes of a prompt's blocks in order: entry k identifies the first k+1 blocks."""
     hashes: list[int] = []
     chained = 0
-    for k in range(count):
-        block = prompt[k * size : (k + 1) * size]
-        chained = hash((chained, tuple(block) if isinstance(block, list) else block))
+    for block in blocks:
+        chained = hash((chained, block))
         hashes.append(chained)
     return tuple(hashes)
 

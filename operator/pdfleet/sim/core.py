@@ -16,6 +16,7 @@ from pdfleet import POOLS
 from pdfleet.perfmodel.timing import kv_transfer_time, transfer_link
 from pdfleet.router.policy import (
     PrefixAffinity,
+    chain_hashes,
     choose_decode,
     choose_direct_decode,
     choose_prefill,
@@ -36,10 +37,11 @@ _STEP, _KV, _READY, _TICK, _SNAP = range(5)
 class RequestRecord:
     """One trace request's journey: set by the simulator, read by the report."""
 
-    __slots__ = ("request", "ttft", "tpot", "finished_at", "path", "kv_transfer_s", "locality", "rejected")
+    __slots__ = ("request", "prefix", "ttft", "tpot", "finished_at", "path", "kv_transfer_s", "locality", "rejected")
 
     def __init__(self, request: TraceRequest) -> None:
         self.request = request
+        self.prefix = chain_hashes(request.prefix_blocks)  # every engine it visits looks its prefix up
         self.ttft: float | None = None  # client-side: arrival to first token of the answer
         self.tpot: float | None = None  # mean inter-token time of the answer (0 for one-token answers)
         self.finished_at: float | None = None
@@ -307,13 +309,6 @@ class Simulation:
         self._tiebreak += 1
         return self._tiebreak
 
-    def _prefix_hashes(self, request: TraceRequest) -> tuple[int, ...]:
-        chained, hashes = 0, []
-        for block in request.prefix_blocks:
-            chained = hash((chained, block))
-            hashes.append(chained)
-        return tuple(hashes)
-
     def _arrive(self, record: RequestRecord) -> None:
         request = record.request
         if request.prompt_tokens + request.output_tokens > self.fleet.context_limit:
@@ -336,7 +331,7 @@ class Simulation:
         """Send to a prefill (PD) or colocated instance, preferring the one that holds the prompt's prefix."""
         engines = self._ready_engines(pool)
         request = record.request
-        hashes = self._prefix_hashes(request) if self.fleet.prefix_affinity else ()
+        hashes = record.prefix if self.fleet.prefix_affinity else ()
         owner = self.affinity.lookup(hashes) if hashes else None
         engine = choose_prefill(engines, set(), owner, self._next_tiebreak())
         if engine is None:
@@ -345,7 +340,7 @@ class Simulation:
         if hashes:
             self.affinity.record(hashes, engine.name)
         output = 1 if pool == "prefill" else request.output_tokens
-        seq = SimSeq(record, self.now, request.prompt_tokens, output, prefix=self._prefix_hashes(request))
+        seq = SimSeq(record, self.now, request.prompt_tokens, output, prefix=record.prefix)
         engine.inflight += 1
         self._schedule_engine(engine, engine.submit(seq, self.now))
 
@@ -363,8 +358,7 @@ class Simulation:
         request = record.request
         engine.inflight += 1
         if prefill is None:
-            prefix = self._prefix_hashes(request)
-            seq = SimSeq(record, self.now, request.prompt_tokens, request.output_tokens, prefix=prefix)
+            seq = SimSeq(record, self.now, request.prompt_tokens, request.output_tokens, prefix=record.prefix)
             self._schedule_engine(engine, engine.submit(seq, self.now))
             return
         intra, cross = self.fleet.links
@@ -379,8 +373,8 @@ class Simulation:
         engine.pulling -= 1
         request = record.request
         # vLLM caches the pulled blocks as it does computed ones, so the decode's prefix cache warms on PD requests
-        prefix = self._prefix_hashes(request)
-        seq = SimSeq(record, self.now, request.prompt_tokens, request.output_tokens, request.prompt_tokens, prefix)
+        prompt, output = request.prompt_tokens, request.output_tokens
+        seq = SimSeq(record, self.now, prompt, output, cached=prompt, prefix=record.prefix)
         self._schedule_engine(engine, engine.submit(seq, self.now))
 
     def _drain_backlog(self, pool: str) -> None:
